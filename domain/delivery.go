@@ -1,0 +1,78 @@
+package domain
+
+import "time"
+
+// DeliveryStatus is where a delivery is in its life.
+type DeliveryStatus string
+
+// Delivery statuses: pending → delivering → delivered | retrying → … | dead.
+const (
+	DeliveryPending    DeliveryStatus = "pending"
+	DeliveryDelivering DeliveryStatus = "delivering"
+	DeliveryRetrying   DeliveryStatus = "retrying"
+	DeliveryDelivered  DeliveryStatus = "delivered"
+	DeliveryDead       DeliveryStatus = "dead"
+)
+
+// Terminal reports whether no further attempt will be made on its own.
+func (s DeliveryStatus) Terminal() bool {
+	return s == DeliveryDelivered || s == DeliveryDead
+}
+
+// Reasons recorded on a delivery that was postponed without an attempt.
+const (
+	ReasonThrottled   = "throttled"
+	ReasonCircuitOpen = "circuit_open"
+)
+
+// MaxResponseBody is how much of an endpoint's response body an attempt keeps.
+const MaxResponseBody = 4096
+
+// Delivery is one event on its way to one subscription.
+type Delivery struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	Status         DeliveryStatus
+	// Attempts counts the attempts made so far.
+	Attempts int
+	// NextAttemptAt is when the next attempt may be made.
+	NextAttemptAt  time.Time
+	LastStatusCode int
+	LastError      string
+	// Reason says why the delivery was last postponed without an attempt
+	// (throttled, circuit_open); empty otherwise.
+	Reason string
+	// OrderingKey is the resolved key (empty when unordered).
+	OrderingKey string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// NewDelivery returns a pending delivery of event to sub, due at once.
+func NewDelivery(event Event, sub Subscription, now time.Time) Delivery {
+	now = now.UTC().Truncate(time.Microsecond)
+	return Delivery{
+		ID:             MustNewID(DeliveryIDPrefix, now),
+		EventID:        event.ID,
+		SubscriptionID: sub.ID,
+		Status:         DeliveryPending,
+		NextAttemptAt:  now,
+		OrderingKey:    OrderingKeyFor(sub, event),
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}
+}
+
+// Attempt is one HTTP exchange with an endpoint (or the failure to have one).
+type Attempt struct {
+	DeliveryID     string
+	SubscriptionID string
+	// Number is 1-based.
+	Number       int
+	StatusCode   int
+	ResponseBody string
+	Error        string
+	Duration     time.Duration
+	CreatedAt    time.Time
+}

@@ -1,0 +1,36 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is returned when the requested subscription, event or delivery
+// does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a write conflicts with the current state, for
+// example retrying a delivery that is already delivered.
+var ErrConflict = errors.New("conflict")
+
+// ValidationError reports one invalid input field. Field is the JSON name of
+// the field (with a dotted path for nested fields), Message says what was
+// wrong with which value.
+type ValidationError struct {
+	Field   string
+	Message string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("%s: %s", e.Field, e.Message)
+}
+
+// invalid builds a ValidationError with a formatted message.
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrForbiddenDestination is returned (wrapped) when an endpoint's address is
+// refused by the SSRF guard: loopback, private, link-local and similar
+// addresses, unless configuration allows them. It is a permanent failure.
+var ErrForbiddenDestination = errors.New("destination address is not allowed")

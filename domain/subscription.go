@@ -1,0 +1,240 @@
+package domain
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Subscription defaults and limits (SPEC §3).
+const (
+	DefaultRateLimit   = 100
+	MaxRateLimit       = 10000
+	DefaultMaxInFlight = 100
+	MaxMaxInFlight     = 1000
+	DefaultTimeout     = 10 * time.Second
+	MaxTimeout         = 60 * time.Second
+	MaxEventTypes      = 100
+	MaxDescriptionLen  = 1024
+	MaxURLLength       = 2048
+	MaxHeaders         = 32
+)
+
+// DisabledGone is the disabled reason set when an endpoint answered 410 Gone.
+const DisabledGone = "gone"
+
+// Subscription is an endpoint's interest in a set of event types, with the
+// settings that govern how deliveries reach it.
+type Subscription struct {
+	ID          string
+	URL         string
+	EventTypes  []string
+	Description string
+	// Secret signs every webhook. PreviousSecret, while
+	// PreviousSecretExpiresAt is in the future, signs too (secret rotation).
+	Secret                  Secret
+	PreviousSecret          Secret
+	PreviousSecretExpiresAt time.Time
+	Active                  bool
+	DisabledReason          string
+	RateLimit               int
+	MaxInFlight             int
+	Timeout                 time.Duration
+	RetryPolicy             RetryPolicy
+	// OrderingKey is a JSON pointer into the event (e.g. /data/customer_id)
+	// or "/ordering_key" for the event's own key; empty means unordered.
+	OrderingKey string
+	Headers     map[string]string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// NewSubscriptionInput is what a producer supplies to create a subscription.
+// Zero values take the defaults; Active nil means true.
+type NewSubscriptionInput struct {
+	URL         string
+	EventTypes  []string
+	Description string
+	Secret      string
+	RateLimit   int
+	MaxInFlight int
+	Timeout     time.Duration
+	RetryPolicy *RetryPolicy
+	OrderingKey string
+	Headers     map[string]string
+	Active      *bool
+}
+
+// NewSubscription validates in and returns a subscription with a fresh id and
+// a generated secret when none was given.
+func NewSubscription(in NewSubscriptionInput, now time.Time) (Subscription, error) {
+	now = now.UTC().Truncate(time.Microsecond)
+	s := Subscription{
+		ID:          MustNewID(SubscriptionIDPrefix, now),
+		URL:         in.URL,
+		EventTypes:  in.EventTypes,
+		Description: in.Description,
+		Active:      in.Active == nil || *in.Active,
+		RateLimit:   orDefault(in.RateLimit, DefaultRateLimit),
+		MaxInFlight: orDefault(in.MaxInFlight, DefaultMaxInFlight),
+		Timeout:     in.Timeout,
+		RetryPolicy: DefaultRetryPolicy(),
+		OrderingKey: in.OrderingKey,
+		Headers:     in.Headers,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if in.RetryPolicy != nil {
+		s.RetryPolicy = in.RetryPolicy.withDefaults()
+	}
+	if s.Headers == nil {
+		s.Headers = map[string]string{}
+	}
+	if in.Secret != "" {
+		secret, err := ParseSecret(in.Secret)
+		if err != nil {
+			return Subscription{}, &ValidationError{Field: "secret", Message: err.Error()}
+		}
+		s.Secret = secret
+	} else {
+		s.Secret = MustGenerateSecret()
+	}
+	if err := s.Validate(); err != nil {
+		return Subscription{}, err
+	}
+	return s, nil
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// reservedHeaders are set by Dispatch on every request; a subscription may
+// not override them.
+var reservedHeaders = map[string]bool{
+	"content-type": true, "content-length": true, "user-agent": true, "host": true,
+	"webhook-id": true, "webhook-timestamp": true, "webhook-signature": true,
+	"transfer-encoding": true, "connection": true,
+}
+
+// Validate checks every field of s. It is called after every change, so a
+// subscription in a store is always valid.
+func (s Subscription) Validate() error {
+	if err := ValidateEndpointURL(s.URL); err != nil {
+		return &ValidationError{Field: "url", Message: err.Error()}
+	}
+	if len(s.EventTypes) == 0 {
+		return invalid("event_types", "must list at least one event type or pattern")
+	}
+	if len(s.EventTypes) > MaxEventTypes {
+		return invalid("event_types", "must list at most %d entries, got %d", MaxEventTypes, len(s.EventTypes))
+	}
+	for i, p := range s.EventTypes {
+		if err := ValidateTypePattern(p); err != nil {
+			return invalid(fmt.Sprintf("event_types[%d]", i), "%v", err)
+		}
+	}
+	if len(s.Description) > MaxDescriptionLen {
+		return invalid("description", "must be at most %d bytes, got %d", MaxDescriptionLen, len(s.Description))
+	}
+	if s.RateLimit < 1 || s.RateLimit > MaxRateLimit {
+		return invalid("rate_limit", "must be 1..%d requests per second, got %d", MaxRateLimit, s.RateLimit)
+	}
+	if s.MaxInFlight < 1 || s.MaxInFlight > MaxMaxInFlight {
+		return invalid("max_in_flight", "must be 1..%d, got %d", MaxMaxInFlight, s.MaxInFlight)
+	}
+	if s.Timeout < time.Millisecond || s.Timeout > MaxTimeout {
+		return invalid("timeout", "must be between 1ms and %s, got %s", MaxTimeout, s.Timeout)
+	}
+	if err := s.RetryPolicy.Validate(); err != nil {
+		return err
+	}
+	if s.OrderingKey != "" {
+		if _, err := ParsePointer(s.OrderingKey); err != nil {
+			return &ValidationError{Field: "ordering_key", Message: err.Error()}
+		}
+	}
+	if len(s.Headers) > MaxHeaders {
+		return invalid("headers", "must have at most %d entries, got %d", MaxHeaders, len(s.Headers))
+	}
+	for name, value := range s.Headers {
+		if !validHeaderName(name) {
+			return invalid("headers", "%q is not a valid header name", name)
+		}
+		if reservedHeaders[strings.ToLower(name)] {
+			return invalid("headers", "%q is set by Dispatch and cannot be overridden", name)
+		}
+		if strings.ContainsAny(value, "\r\n\x00") {
+			return invalid("headers", "value of %q must not contain CR, LF or NUL", name)
+		}
+	}
+	return nil
+}
+
+// ValidateEndpointURL checks that raw is an absolute http(s) URL with a host.
+// Whether the host is an allowed address is the SSRF guard's business, not
+// this function's: it needs DNS.
+func ValidateEndpointURL(raw string) error {
+	if raw == "" {
+		return fmt.Errorf("is required")
+	}
+	if len(raw) > MaxURLLength {
+		return fmt.Errorf("must be at most %d bytes, got %d", MaxURLLength, len(raw))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a valid URL", raw)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https, got %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("%q has no host", raw)
+	}
+	if u.User != nil {
+		return fmt.Errorf("must not carry credentials; use headers instead")
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("must not have a fragment")
+	}
+	return nil
+}
+
+func validHeaderName(name string) bool {
+	if name == "" || len(name) > 256 {
+		return false
+	}
+	for _, c := range name {
+		// RFC 9110 token characters.
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Matches reports whether an event of type eventType should go to s.
+func (s Subscription) Matches(eventType string) bool {
+	for _, p := range s.EventTypes {
+		if MatchType(p, eventType) {
+			return true
+		}
+	}
+	return false
+}
+
+// SigningSecrets returns the secrets that sign a webhook sent at now: the
+// current one, and the previous one while its overlap window lasts.
+func (s Subscription) SigningSecrets(now time.Time) []Secret {
+	if !s.PreviousSecret.IsZero() && now.Before(s.PreviousSecretExpiresAt) {
+		return []Secret{s.Secret, s.PreviousSecret}
+	}
+	return []Secret{s.Secret}
+}

@@ -1,0 +1,49 @@
+package ports
+
+import (
+	"context"
+	"time"
+)
+
+// Stream names. A stream carries ids; the state they refer to lives in the
+// store.
+const (
+	// EventStream carries ids of events waiting for fan-out.
+	EventStream = "events"
+	// DeliveryStream carries ids of deliveries waiting for an attempt.
+	DeliveryStream = "deliveries"
+)
+
+// Message is one entry read from a stream.
+type Message struct {
+	// ID identifies the entry for Ack; it is assigned by the queue.
+	ID string
+	// Body is what was published (an event or delivery id).
+	Body string
+}
+
+// Queue is a set of append-only streams read through consumer groups, with
+// at-least-once semantics: an entry read by a consumer stays pending for
+// that group until acknowledged, and can be reclaimed by another consumer
+// once it has been idle long enough. All methods are safe for concurrent use.
+type Queue interface {
+	// Publish appends bodies to stream, in order, and returns once the queue
+	// has accepted all of them. On error some may have been appended.
+	Publish(ctx context.Context, stream string, bodies ...string) error
+	// Read returns up to count entries of stream never delivered to group,
+	// creating the group (reading from the stream's start) if needed. It
+	// waits up to block for at least one entry and returns an empty slice if
+	// none came; it returns early with ctx's error when ctx ends.
+	Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]Message, error)
+	// Ack acknowledges entries of stream for group; acknowledging an unknown
+	// or already acknowledged id is not an error.
+	Ack(ctx context.Context, stream, group string, ids ...string) error
+	// Reclaim transfers to consumer up to count entries of stream pending
+	// for group that have been idle for at least minIdle (their consumer
+	// died or hung), and returns them. A reclaimed entry stays pending until
+	// acknowledged. An entry whose data was trimmed away is acknowledged and
+	// not returned.
+	Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]Message, error)
+	// Ping reports whether the queue is reachable (readiness).
+	Ping(ctx context.Context) error
+}

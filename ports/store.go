@@ -1,0 +1,127 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// Page asks for one page of a list ordered by id (ids sort by creation
+// time). After is the last id of the previous page ("" for the first);
+// Limit is at least 1.
+type Page struct {
+	After string
+	Limit int
+}
+
+// SubscriptionStore keeps subscriptions. All methods are safe for concurrent
+// use. Times round-trip at microsecond precision.
+type SubscriptionStore interface {
+	// CreateSubscription stores s; s.ID is new. Returns domain.ErrConflict if
+	// the id exists.
+	CreateSubscription(ctx context.Context, s domain.Subscription) error
+	// GetSubscription returns domain.ErrNotFound when id does not exist.
+	GetSubscription(ctx context.Context, id string) (domain.Subscription, error)
+	// ListSubscriptions returns up to p.Limit subscriptions with id > p.After
+	// in id order.
+	ListSubscriptions(ctx context.Context, p Page) ([]domain.Subscription, error)
+	// UpdateSubscription loads id, calls update on it and stores the result,
+	// atomically with respect to other updates of id. If update returns an
+	// error nothing is stored and that error is returned. Returns
+	// domain.ErrNotFound when id does not exist.
+	UpdateSubscription(ctx context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error)
+	// DeleteSubscription removes id together with its deliveries and their
+	// attempts. Returns domain.ErrNotFound when id does not exist.
+	DeleteSubscription(ctx context.Context, id string) error
+	// ActiveSubscriptions returns every active subscription. Fan-out matches
+	// event types against them in memory.
+	ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error)
+}
+
+// EventStore keeps events. All methods are safe for concurrent use.
+type EventStore interface {
+	// CreateEvent stores e unless e.IdempotencyKey is non-empty and an event
+	// with that key was stored after keptSince; then it stores nothing and
+	// returns that earlier event with created false. Two concurrent calls
+	// with one key store exactly one event. When CreateEvent returns, the
+	// event is durable.
+	CreateEvent(ctx context.Context, e domain.Event, keptSince time.Time) (stored domain.Event, created bool, err error)
+	// GetEvent returns domain.ErrNotFound when id does not exist.
+	GetEvent(ctx context.Context, id string) (domain.Event, error)
+	// GetEvents returns the events with the given ids that exist, in any
+	// order.
+	GetEvents(ctx context.Context, ids []string) ([]domain.Event, error)
+	// UnfannedEvents returns up to limit events that were created before
+	// olderThan and whose fan-out has not been recorded (CreateDeliveries
+	// was never called for them), oldest first. The outbox sweep re-enqueues
+	// them.
+	UnfannedEvents(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
+}
+
+// DeliveryStore keeps deliveries and their attempts. All methods are safe
+// for concurrent use.
+type DeliveryStore interface {
+	// CreateDeliveries records the fan-out of each event in fanouts: it
+	// stores its deliveries and marks the event fanned out, all in one
+	// transaction. An event with no deliveries becomes delivered. It is
+	// idempotent: an event already fanned out is skipped (its deliveries are
+	// not created twice), and the ids of deliveries actually created are
+	// returned. Created deliveries count as enqueued at their CreatedAt (the
+	// caller appends them to the queue right after).
+	CreateDeliveries(ctx context.Context, fanouts []FanOut) (created []string, err error)
+	// ClaimDelivery moves delivery id to delivering with a lease until
+	// leaseUntil (stored as its NextAttemptAt, so an expired lease makes it
+	// due again), and returns it with its event and subscription. Only a
+	// non-terminal delivery whose NextAttemptAt is at or before now can be
+	// claimed: a pending or retrying one that is due, or a delivering one
+	// whose lease expired (its worker died). It returns domain.ErrNotFound
+	// when the delivery does not exist and domain.ErrConflict otherwise.
+	ClaimDelivery(ctx context.Context, id string, now, leaseUntil time.Time) (Claimed, error)
+	// RecordAttempt stores the attempt and the delivery's new state (status,
+	// attempts, next attempt time, last status code and error) in one
+	// transaction, and when the delivery became terminal and every delivery
+	// of its event is terminal, sets the event's status (delivered, or failed
+	// if any is dead). It clears the delivery's enqueued mark, so the
+	// scheduler's scan picks a retrying delivery up as soon as it is due.
+	// Returns domain.ErrNotFound when the delivery does not exist.
+	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error
+	// GetDelivery returns domain.ErrNotFound when id does not exist.
+	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
+	// EventDeliveries returns every delivery of eventID in id order (none if
+	// the event has none or does not exist).
+	EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error)
+	// EventAttempts returns every attempt of every delivery of eventID,
+	// ordered by delivery id then attempt number.
+	EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error)
+	// DueDeliveries is the scheduler's scan. It picks up to limit
+	// non-terminal deliveries whose NextAttemptAt is at or before now and
+	// that were not enqueued after now-requeueAfter (a due retry, a delivery
+	// whose append to the queue was lost, a delivering one whose lease
+	// expired), oldest NextAttemptAt first. It marks them enqueued at now and
+	// returns their ids, skipping rows another caller holds, so concurrent
+	// scans never return the same delivery.
+	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
+}
+
+// FanOut is one event with the deliveries fan-out made for it.
+type FanOut struct {
+	EventID    string
+	Deliveries []domain.Delivery
+}
+
+// Claimed is a delivery taken for an attempt, with what the attempt needs.
+type Claimed struct {
+	Delivery     domain.Delivery
+	Event        domain.Event
+	Subscription domain.Subscription
+}
+
+// Store is every store port; adapters implement all of them on one backend.
+type Store interface {
+	SubscriptionStore
+	EventStore
+	DeliveryStore
+	// Ping reports whether the backend is reachable (readiness).
+	Ping(ctx context.Context) error
+}
