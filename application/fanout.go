@@ -1,0 +1,60 @@
+package application
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// FanOut turns events into deliveries, one per matching active subscription.
+type FanOut struct {
+	Subscriptions ports.SubscriptionStore
+	Events        ports.EventStore
+	Deliveries    ports.DeliveryStore
+	Queue         ports.Queue
+	Clock         ports.Clock
+}
+
+// Handle fans out a batch of events in one store transaction and appends the
+// new deliveries to the delivery stream. It is idempotent: an event already
+// fanned out yields nothing new, so a redelivered stream entry is harmless.
+// When only the append fails, it returns an error wrapping
+// ErrEnqueueDeferred: the deliveries are committed and the scheduler's scan
+// enqueues them, so the stream entries may be acknowledged.
+func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
+	events, err := uc.Events.GetEvents(ctx, eventIDs)
+	if err != nil {
+		return fmt.Errorf("load events: %w", err)
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	subs, err := uc.Subscriptions.ActiveSubscriptions(ctx)
+	if err != nil {
+		return fmt.Errorf("load subscriptions: %w", err)
+	}
+	now := uc.Clock.Now()
+	fanouts := make([]ports.FanOut, 0, len(events))
+	for _, ev := range events {
+		f := ports.FanOut{EventID: ev.ID}
+		for _, sub := range subs {
+			if sub.Matches(ev.Type) {
+				f.Deliveries = append(f.Deliveries, domain.NewDelivery(ev, sub, now))
+			}
+		}
+		fanouts = append(fanouts, f)
+	}
+	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)
+	if err != nil {
+		return fmt.Errorf("store deliveries: %w", err)
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, created...); err != nil {
+		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
+	}
+	return nil
+}

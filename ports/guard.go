@@ -1,0 +1,13 @@
+package ports
+
+import "context"
+
+// EndpointGuard decides whether a subscription may target a URL: it resolves
+// the host and refuses addresses the SSRF guard forbids. The sender checks
+// again at connect time, because DNS answers change.
+type EndpointGuard interface {
+	// CheckURL returns an error wrapping domain.ErrForbiddenDestination when
+	// the URL's host resolves to a forbidden address, and another error when
+	// it cannot be resolved at all.
+	CheckURL(ctx context.Context, rawURL string) error
+}
