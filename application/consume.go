@@ -1,0 +1,128 @@
+package application
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Consumer reads one stream through a consumer group and hands entries to a
+// handler, acknowledging entries only after the handler finished them.
+type Consumer struct {
+	Queue  ports.Queue
+	Stream string
+	Group  string
+	// Name identifies this consumer within the group; unique per process.
+	Name string
+	// Batch is the most entries one read asks for.
+	Batch int
+	// Block is how long one read waits for entries.
+	Block time.Duration
+	// Concurrency is how many handler calls run at once.
+	Concurrency int
+	// PerEntry hands each entry to its own handler call (deliveries, which
+	// wait on endpoints); otherwise a whole read is one call (fan-out, which
+	// batches its writes).
+	PerEntry bool
+	// Handle processes entries and returns the ids of those to acknowledge.
+	// Its context is not cancelled by shutdown, so work in flight finishes.
+	Handle func(ctx context.Context, msgs []ports.Message) (ack []string)
+	// OnError is told about read and ack failures (for logs and metrics).
+	OnError func(err error)
+}
+
+// Run reads until ctx ends, then waits for handlers in flight and
+// acknowledges what they finished. It never acknowledges an entry whose
+// handler did not finish.
+func (c *Consumer) Run(ctx context.Context) error {
+	concurrency := max(c.Concurrency, 1)
+	batch := max(c.Batch, 1)
+	slots := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	work := context.WithoutCancel(ctx)
+	backoff := 50 * time.Millisecond
+
+	run := func(msgs []ports.Message) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if ack := c.Handle(work, msgs); len(ack) > 0 {
+				if err := c.Queue.Ack(work, c.Stream, c.Group, ack...); err != nil {
+					c.report(err)
+				}
+			}
+		}()
+	}
+
+	for ctx.Err() == nil {
+		slots <- struct{}{}
+		want := batch
+		if c.PerEntry {
+			// Ask for no more than the free slots take at once, so entries
+			// do not wait here while another consumer is idle.
+			want = 1 + c.takeFree(slots, batch-1)
+		}
+		msgs, err := c.Queue.Read(ctx, c.Stream, c.Group, c.Name, want, c.Block)
+		if err != nil || len(msgs) == 0 {
+			c.release(slots, c.slotsFor(want))
+			if err != nil && ctx.Err() == nil {
+				c.report(err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(backoff*2, 2*time.Second)
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if !c.PerEntry {
+			run(msgs)
+			continue
+		}
+		c.release(slots, want-len(msgs))
+		for i := range msgs {
+			run(msgs[i : i+1])
+		}
+	}
+	wg.Wait()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// takeFree takes up to n more free slots without waiting.
+func (c *Consumer) takeFree(slots chan struct{}, n int) int {
+	for taken := 0; taken < n; taken++ {
+		select {
+		case slots <- struct{}{}:
+		default:
+			return taken
+		}
+	}
+	return n
+}
+
+func (c *Consumer) slotsFor(want int) int {
+	if c.PerEntry {
+		return want
+	}
+	return 1
+}
+
+func (c *Consumer) release(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+func (c *Consumer) report(err error) {
+	if c.OnError != nil {
+		c.OnError(err)
+	}
+}

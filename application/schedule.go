@@ -1,0 +1,125 @@
+package application
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Scheduler defaults (SPEC §7).
+const (
+	DefaultSchedulerBatchSize = 500
+	DefaultVisibilityTimeout  = 30 * time.Second
+)
+
+// Consumer group names, one per stream.
+const (
+	FanOutGroup  = "fanout"
+	DeliverGroup = "deliver"
+)
+
+// Schedule re-enqueues work from PostgreSQL state: due retries, deliveries
+// and events whose append to a stream was lost, deliveries whose worker died
+// mid-attempt, and stream entries whose consumer died before acknowledging.
+// Any number of schedulers may run at once.
+type Schedule struct {
+	Events     ports.EventStore
+	Deliveries ports.DeliveryStore
+	Queue      ports.Queue
+	Clock      ports.Clock
+	// BatchSize bounds each scan.
+	BatchSize int
+	// VisibilityTimeout is how long a stream entry or an enqueued delivery
+	// may sit unacknowledged before it is handed out again. It is also the
+	// grace period before an event that was never fanned out is re-enqueued.
+	VisibilityTimeout time.Duration
+	// Consumer names this scheduler when it reclaims stream entries.
+	Consumer string
+}
+
+// Swept counts what one Tick re-enqueued.
+type Swept struct {
+	DueDeliveries   int
+	UnfannedEvents  int
+	ReclaimedEvents int
+	ReclaimedDelivs int
+}
+
+// Tick runs one pass of every scan. It keeps going after a failed scan and
+// returns the failures joined.
+func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
+	var out Swept
+	var errs []error
+	now := uc.Clock.Now()
+
+	due, err := uc.Deliveries.DueDeliveries(ctx, now, uc.visibility(), uc.batch())
+	if err == nil && len(due) > 0 {
+		err = uc.Queue.Publish(ctx, ports.DeliveryStream, due...)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("enqueue due deliveries: %w", err))
+	} else {
+		out.DueDeliveries = len(due)
+	}
+
+	events, err := uc.Events.UnfannedEvents(ctx, now.Add(-uc.visibility()), uc.batch())
+	if err == nil && len(events) > 0 {
+		err = uc.Queue.Publish(ctx, ports.EventStream, events...)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("enqueue unfanned events: %w", err))
+	} else {
+		out.UnfannedEvents = len(events)
+	}
+
+	n, err := uc.reclaim(ctx, ports.EventStream, FanOutGroup)
+	out.ReclaimedEvents = n
+	errs = append(errs, err)
+	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
+	out.ReclaimedDelivs = n
+	errs = append(errs, err)
+	return out, errors.Join(errs...)
+}
+
+// reclaim takes over entries idle past the visibility timeout, appends them
+// again so any live consumer picks them up, then acknowledges the old ones.
+// A crash between the two leaves a duplicate entry, which is harmless:
+// consumers are idempotent.
+func (uc *Schedule) reclaim(ctx context.Context, stream, group string) (int, error) {
+	msgs, err := uc.Queue.Reclaim(ctx, stream, group, uc.Consumer, uc.visibility(), uc.batch())
+	if err != nil || len(msgs) == 0 {
+		if err != nil {
+			err = fmt.Errorf("reclaim %s: %w", stream, err)
+		}
+		return 0, err
+	}
+	bodies := make([]string, len(msgs))
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		bodies[i], ids[i] = m.Body, m.ID
+	}
+	if err := uc.Queue.Publish(ctx, stream, bodies...); err != nil {
+		return 0, fmt.Errorf("re-append reclaimed %s entries: %w", stream, err)
+	}
+	if err := uc.Queue.Ack(ctx, stream, group, ids...); err != nil {
+		return 0, fmt.Errorf("ack reclaimed %s entries: %w", stream, err)
+	}
+	return len(msgs), nil
+}
+
+func (uc *Schedule) batch() int {
+	if uc.BatchSize <= 0 {
+		return DefaultSchedulerBatchSize
+	}
+	return uc.BatchSize
+}
+
+func (uc *Schedule) visibility() time.Duration {
+	if uc.VisibilityTimeout <= 0 {
+		return DefaultVisibilityTimeout
+	}
+	return uc.VisibilityTimeout
+}

@@ -1,0 +1,65 @@
+package application
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Subscriptions manages subscriptions on behalf of producers.
+type Subscriptions struct {
+	Store ports.SubscriptionStore
+	// Guard refuses endpoint URLs that resolve to forbidden addresses.
+	Guard ports.EndpointGuard
+	Clock ports.Clock
+}
+
+// Create validates in, checks the endpoint URL against the SSRF guard and
+// stores the new subscription.
+func (uc *Subscriptions) Create(ctx context.Context, in domain.NewSubscriptionInput) (domain.Subscription, error) {
+	sub, err := domain.NewSubscription(in, uc.Clock.Now())
+	if err != nil {
+		return domain.Subscription{}, err
+	}
+	if err := uc.checkURL(ctx, sub.URL); err != nil {
+		return domain.Subscription{}, err
+	}
+	if err := uc.Store.CreateSubscription(ctx, sub); err != nil {
+		return domain.Subscription{}, fmt.Errorf("store subscription: %w", err)
+	}
+	return sub, nil
+}
+
+// Get returns subscription id, or domain.ErrNotFound.
+func (uc *Subscriptions) Get(ctx context.Context, id string) (domain.Subscription, error) {
+	return uc.Store.GetSubscription(ctx, id)
+}
+
+// List returns one page of subscriptions in creation order.
+func (uc *Subscriptions) List(ctx context.Context, p ports.Page) ([]domain.Subscription, error) {
+	return uc.Store.ListSubscriptions(ctx, p)
+}
+
+// Delete removes subscription id with its deliveries, or returns
+// domain.ErrNotFound.
+func (uc *Subscriptions) Delete(ctx context.Context, id string) error {
+	return uc.Store.DeleteSubscription(ctx, id)
+}
+
+func (uc *Subscriptions) checkURL(ctx context.Context, rawURL string) error {
+	if uc.Guard == nil {
+		return nil
+	}
+	err := uc.Guard.CheckURL(ctx, rawURL)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, domain.ErrForbiddenDestination):
+		return &domain.ValidationError{Field: "url", Message: err.Error()}
+	default:
+		return &domain.ValidationError{Field: "url", Message: "cannot be resolved: " + err.Error()}
+	}
+}
