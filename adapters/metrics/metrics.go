@@ -1,0 +1,84 @@
+// Package metrics exposes Dispatch's Prometheus metrics (SPEC §5). Labels are
+// bounded: none grows with the number of subscriptions or events.
+//
+// Rule of dependency: metrics imports domain and prometheus; collectors are
+// registered on an injected prometheus.Registerer, never the global one.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// Metrics are the collectors the roles update.
+type Metrics struct {
+	eventsReceived  prometheus.Counter
+	deliveries      *prometheus.CounterVec
+	deliveryLatency prometheus.Histogram
+	attemptDuration prometheus.Histogram
+	enqueueDeferred prometheus.Counter
+	schedulerSwept  *prometheus.CounterVec
+}
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		eventsReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_events_received_total",
+			Help: "Events accepted (committed) by the API, idempotent replays excluded.",
+		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_deliveries_total",
+			Help: "Delivery attempts by outcome: delivered, retrying, dead.",
+		}, []string{"outcome"}),
+		deliveryLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_delivery_latency_seconds",
+			Help:    "Time from an event being accepted to a delivery of it succeeding.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+		attemptDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_attempt_duration_seconds",
+			Help:    "Duration of one HTTP attempt against an endpoint.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+		enqueueDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_enqueue_deferred_total",
+			Help: "Committed work whose append to a stream failed; the scheduler enqueues it from PostgreSQL.",
+		}),
+		schedulerSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_scheduler_requeued_total",
+			Help: "Work the scheduler re-enqueued, by kind: due_delivery, unfanned_event, reclaimed_event, reclaimed_delivery.",
+		}, []string{"kind"}),
+	}
+	for _, outcome := range []domain.DeliveryStatus{domain.DeliveryDelivered, domain.DeliveryRetrying, domain.DeliveryDead} {
+		m.deliveries.WithLabelValues(string(outcome))
+	}
+	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept)
+	return m
+}
+
+// EventReceived counts one accepted event.
+func (m *Metrics) EventReceived() { m.eventsReceived.Inc() }
+
+// EnqueueDeferred counts one failed append of committed work.
+func (m *Metrics) EnqueueDeferred() { m.enqueueDeferred.Inc() }
+
+// Attempted records one attempt that left the delivery in status, and the
+// end-to-end latency when it was delivered.
+func (m *Metrics) Attempted(status domain.DeliveryStatus, duration time.Duration, eventAccepted, now time.Time) {
+	m.deliveries.WithLabelValues(string(status)).Inc()
+	m.attemptDuration.Observe(duration.Seconds())
+	if status == domain.DeliveryDelivered {
+		m.deliveryLatency.Observe(now.Sub(eventAccepted).Seconds())
+	}
+}
+
+// Requeued counts n items the scheduler re-enqueued of one kind.
+func (m *Metrics) Requeued(kind string, n int) {
+	if n > 0 {
+		m.schedulerSwept.WithLabelValues(kind).Add(float64(n))
+	}
+}
