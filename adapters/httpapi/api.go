@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/dispatch-webhooks/dispatch/application"
+)
+
+// DefaultMaxEventBytes is the largest publish body accepted (SPEC §4).
+const DefaultMaxEventBytes = 256 << 10
+
+// Config configures the API.
+type Config struct {
+	// Version is reported in the OpenAPI document.
+	Version string
+	// APIKeys are the accepted bearer keys; at least one is required.
+	APIKeys []string
+	// MaxEventBytes bounds a publish body; larger bodies get 413.
+	MaxEventBytes int64
+}
+
+// UseCases are what the API drives.
+type UseCases struct {
+	Ingest        *application.Ingest
+	Subscriptions *application.Subscriptions
+	Events        *application.Events
+	// Ready reports whether every backend is reachable.
+	Ready func(ctx context.Context) error
+}
+
+type handlers struct {
+	ingest        *application.Ingest
+	subscriptions *application.Subscriptions
+	events        *application.Events
+	ready         func(ctx context.Context) error
+	log           *slog.Logger
+	maxEventBytes int64
+}
+
+// New registers every operation on mux and returns the huma API (for the
+// OpenAPI document).
+func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API {
+	hc := huma.DefaultConfig("Dispatch", cfg.Version)
+	hc.Info.Description = "Dispatch delivers events to subscribed HTTPS endpoints: signed (Standard Webhooks), " +
+		"retried, rate-limited, ordered where asked, and never lost."
+	hc.OpenAPIPath = "/openapi"
+	hc.DocsPath = "/docs"
+	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key from DISPATCH_API_KEYS."},
+	}
+	api := humago.New(mux, hc)
+	h := &handlers{
+		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, ready: uc.Ready,
+		log: log, maxEventBytes: cfg.MaxEventBytes,
+	}
+	if h.maxEventBytes <= 0 {
+		h.maxEventBytes = DefaultMaxEventBytes
+	}
+	api.UseMiddleware(requireKey(api, cfg.APIKeys))
+	// Every /v1 operation needs the bearer key; set it once, here.
+	secured := huma.NewGroup(api)
+	secured.UseModifier(func(op *huma.Operation, next func(*huma.Operation)) {
+		op.Security = []map[string][]string{{"bearer": {}}}
+		next(op)
+	})
+	h.registerSubscriptions(secured)
+	h.registerEvents(secured)
+	h.registerHealth(api)
+	return api
+}
+
+// requireKey answers 401 to /v1 requests without an accepted bearer key.
+// Keys are compared as SHA-256 digests in constant time, so neither a key's
+// content nor its length leaks through timing.
+func requireKey(api huma.API, keys []string) func(huma.Context, func(huma.Context)) {
+	digests := make([][32]byte, len(keys))
+	for i, k := range keys {
+		digests[i] = sha256.Sum256([]byte(k))
+	}
+	return func(ctx huma.Context, next func(huma.Context)) {
+		if !strings.HasPrefix(ctx.Operation().Path, "/v1/") {
+			next(ctx)
+			return
+		}
+		token, ok := strings.CutPrefix(ctx.Header("Authorization"), "Bearer ")
+		if ok && token != "" {
+			got := sha256.Sum256([]byte(token))
+			match := 0
+			for _, d := range digests {
+				match |= subtle.ConstantTimeCompare(got[:], d[:])
+			}
+			if match == 1 {
+				next(ctx)
+				return
+			}
+		}
+		ctx.SetHeader("WWW-Authenticate", `Bearer realm="dispatch"`)
+		_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
+	}
+}
+
+type healthOutput struct {
+	Body struct {
+		Status string `json:"status" example:"ok"`
+	}
+}
+
+func (h *handlers) registerHealth(api huma.API) {
+	tags := []string{"Operations"}
+	huma.Register(api, huma.Operation{
+		OperationID: "health", Method: http.MethodGet, Path: "/health",
+		Summary: "Liveness", Tags: tags,
+	}, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+		out := &healthOutput{}
+		out.Body.Status = "ok"
+		return out, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "ready", Method: http.MethodGet, Path: "/ready",
+		Summary: "Readiness: PostgreSQL and Redis reachable", Tags: tags,
+		Errors: []int{http.StatusServiceUnavailable},
+	}, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+		if h.ready != nil {
+			if err := h.ready(ctx); err != nil {
+				return nil, huma.Error503ServiceUnavailable("not ready: " + err.Error())
+			}
+		}
+		out := &healthOutput{}
+		out.Body.Status = "ok"
+		return out, nil
+	})
+}

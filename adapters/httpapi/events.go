@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// Event is an event as the API shows it, with each delivery's state.
+type Event struct {
+	ID          string              `json:"id" example:"evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W"`
+	Type        string              `json:"type" example:"order.created"`
+	Source      string              `json:"source" example:"billing"`
+	Data        EventData           `json:"data"`
+	OrderingKey *string             `json:"ordering_key"`
+	Status      string              `json:"status" enum:"pending,delivered,failed" doc:"pending until every delivery is terminal, then delivered, or failed if any is dead."`
+	CreatedAt   time.Time           `json:"created_at"`
+	Deliveries  []DeliverySummary   `json:"deliveries"`
+}
+
+// DeliverySummary is one delivery's state within an event.
+type DeliverySummary struct {
+	ID             string     `json:"id"`
+	SubscriptionID string     `json:"subscription_id"`
+	Status         string     `json:"status" enum:"pending,delivering,retrying,delivered,dead"`
+	Attempts       int        `json:"attempts"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at" doc:"When the next attempt is due; null once terminal."`
+	LastStatusCode *int       `json:"last_status_code"`
+	LastError      *string    `json:"last_error"`
+}
+
+func eventJSON(e domain.Event, ds []domain.Delivery) Event {
+	out := Event{
+		ID: e.ID, Type: e.Type, Source: e.Source, Data: EventData(e.Data),
+		Status: string(e.Status), CreatedAt: e.CreatedAt,
+		Deliveries: make([]DeliverySummary, len(ds)),
+	}
+	if e.OrderingKey != "" {
+		out.OrderingKey = &e.OrderingKey
+	}
+	for i, d := range ds {
+		out.Deliveries[i] = deliverySummaryJSON(d)
+	}
+	return out
+}
+
+func deliverySummaryJSON(d domain.Delivery) DeliverySummary {
+	out := DeliverySummary{ID: d.ID, SubscriptionID: d.SubscriptionID, Status: string(d.Status), Attempts: d.Attempts}
+	if !d.Status.Terminal() {
+		next := d.NextAttemptAt
+		out.NextAttemptAt = &next
+	}
+	if d.LastStatusCode != 0 {
+		code := d.LastStatusCode
+		out.LastStatusCode = &code
+	}
+	if d.LastError != "" {
+		msg := d.LastError
+		out.LastError = &msg
+	}
+	return out
+}
+
+// Attempt is one recorded attempt.
+type Attempt struct {
+	DeliveryID     string    `json:"delivery_id"`
+	SubscriptionID string    `json:"subscription_id"`
+	Attempt        int       `json:"attempt" doc:"1-based."`
+	StatusCode     *int      `json:"status_code" doc:"null when no response came."`
+	ResponseBody   string    `json:"response_body" doc:"The first 4 KiB of the response body."`
+	Error          *string   `json:"error"`
+	DurationMS     float64   `json:"duration_ms"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+func attemptJSON(a domain.Attempt) Attempt {
+	out := Attempt{
+		DeliveryID: a.DeliveryID, SubscriptionID: a.SubscriptionID, Attempt: a.Number,
+		ResponseBody: a.ResponseBody, DurationMS: float64(a.Duration.Microseconds()) / 1000,
+		CreatedAt: a.CreatedAt,
+	}
+	if a.StatusCode != 0 {
+		code := a.StatusCode
+		out.StatusCode = &code
+	}
+	if a.Error != "" {
+		msg := a.Error
+		out.Error = &msg
+	}
+	return out
+}
+
+// PublishBody is the body of a publish.
+type PublishBody struct {
+	Type        string    `json:"type" minLength:"1" maxLength:"128" doc:"Dot-separated segments of [a-zA-Z0-9_-]." example:"order.created"`
+	Source      string    `json:"source" maxLength:"256" doc:"Where the event comes from." example:"billing"`
+	Data        EventData `json:"data"`
+	OrderingKey string    `json:"ordering_key,omitempty" maxLength:"256" doc:"Orders deliveries of subscriptions whose ordering_key is /ordering_key."`
+}
+
+type publishInput struct {
+	IdempotencyKey  string `header:"Idempotency-Key" maxLength:"256" doc:"Publishing again with the same key returns the first event."`
+	XIdempotencyKey string `header:"X-Idempotency-Key" maxLength:"256" doc:"Alias of Idempotency-Key."`
+	Body            PublishBody
+}
+
+type publishOutput struct {
+	Status   int
+	Replayed string `header:"Idempotent-Replayed" doc:"true when the idempotency key matched an earlier event."`
+	Body     Event
+}
+
+type eventIDInput struct {
+	ID string `path:"id" maxLength:"64" doc:"Event id."`
+}
+
+type eventOutput struct {
+	Body Event
+}
+
+type attemptsOutput struct {
+	Body List[Attempt]
+}
+
+func (h *handlers) registerEvents(api huma.API) {
+	tags := []string{"Events"}
+	huma.Register(api, huma.Operation{
+		OperationID: "publish-event", Method: http.MethodPost, Path: "/v1/events",
+		Summary: "Publish an event", DefaultStatus: http.StatusAccepted, Tags: tags,
+		Description: "Commits the event durably and queues it for delivery to every matching subscription. " +
+			"202 means the event is committed. With an idempotency key seen before, answers 200 with the original event.",
+		MaxBodyBytes: h.maxEventBytes,
+		Responses:    map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key."}},
+	}, func(ctx context.Context, in *publishInput) (*publishOutput, error) {
+		key := in.IdempotencyKey
+		if key == "" {
+			key = in.XIdempotencyKey
+		}
+		res, err := h.ingest.Publish(ctx, domain.NewEventInput{
+			Type: in.Body.Type, Source: in.Body.Source, Data: []byte(in.Body.Data),
+			OrderingKey: in.Body.OrderingKey, IdempotencyKey: key,
+		})
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		if res.EnqueueErr != nil {
+			h.log.WarnContext(ctx, "event committed but not enqueued; the scheduler will enqueue it",
+				"event_id", res.Event.ID, "error", res.EnqueueErr)
+		}
+		out := &publishOutput{Status: http.StatusAccepted, Body: eventJSON(res.Event, nil)}
+		if res.Replayed {
+			out.Status, out.Replayed = http.StatusOK, "true"
+		}
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "get-event", Method: http.MethodGet, Path: "/v1/events/{id}",
+		Summary: "Get an event", Tags: tags,
+		Description: "The event, its status, and each delivery's status.",
+	}, func(ctx context.Context, in *eventIDInput) (*eventOutput, error) {
+		view, err := h.events.Get(ctx, in.ID)
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		return &eventOutput{Body: eventJSON(view.Event, view.Deliveries)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "list-event-attempts", Method: http.MethodGet, Path: "/v1/events/{id}/attempts",
+		Summary: "List an event's attempts", Tags: tags,
+		Description: "Every attempt of every delivery of the event.",
+	}, func(ctx context.Context, in *eventIDInput) (*attemptsOutput, error) {
+		attempts, err := h.events.Attempts(ctx, in.ID)
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		out := &attemptsOutput{Body: List[Attempt]{Data: make([]Attempt, len(attempts))}}
+		for i, a := range attempts {
+			out.Body.Data[i] = attemptJSON(a)
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,40 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// Cursors are the last id of a page, opaque to clients: ids sort by creation
+// time, so "id > cursor" is stable under concurrent inserts.
+const cursorPrefix = "c1:"
+
+func encodeCursor(lastID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + lastID))
+}
+
+func decodeCursor(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) || len(raw) == len(cursorPrefix) {
+		return "", huma.Error400BadRequest("invalid cursor", &huma.ErrorDetail{
+			Location: "query.cursor", Message: "is not a cursor returned by this API", Value: cursor,
+		})
+	}
+	return strings.TrimPrefix(string(raw), cursorPrefix), nil
+}
+
+// paginate trims items fetched with limit+1 to limit and returns the next
+// cursor, nil when there is no further page.
+func paginate[T any](items []T, limit int, id func(T) string) ([]T, *string) {
+	if len(items) <= limit {
+		return items, nil
+	}
+	items = items[:limit]
+	next := encodeCursor(id(items[len(items)-1]))
+	return items, &next
+}
