@@ -1,9 +1,11 @@
 package domain
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -32,14 +34,43 @@ func NewID(prefix string, now time.Time, random io.Reader) (string, error) {
 	return prefix + encodeULID(b), nil
 }
 
-// MustNewID is NewID with crypto/rand; the system random source does not fail
-// on supported platforms, so an error there is a broken machine.
+// MustNewID returns a new id from the process's monotonic source: ids made
+// in one process sort in the order they were made, even within one
+// millisecond (the ULID monotonic rule: the random part is incremented).
+// crypto/rand does not fail on supported platforms, so an error there is a
+// broken machine.
 func MustNewID(prefix string, now time.Time) string {
-	id, err := NewID(prefix, now, rand.Reader)
-	if err != nil {
+	return prefix + processIDs.next(now)
+}
+
+// monotonicIDs hands out ULIDs in strictly increasing order.
+type monotonicIDs struct {
+	mu   sync.Mutex
+	last [16]byte
+}
+
+var processIDs monotonicIDs
+
+func (m *monotonicIDs) next(now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	if _, err := io.ReadFull(rand.Reader, b[6:]); err != nil {
 		panic("domain: system random source failed: " + err.Error())
 	}
-	return id
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if bytes.Compare(b[:6], m.last[:6]) <= 0 {
+		// Same (or an earlier) millisecond: continue from the last id.
+		b = m.last
+		for i := 15; i >= 6; i-- {
+			b[i]++
+			if b[i] != 0 {
+				break
+			}
+		}
+	}
+	m.last = b
+	return encodeULID(b)
 }
 
 func encodeULID(b [16]byte) string {

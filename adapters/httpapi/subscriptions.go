@@ -17,7 +17,7 @@ type RetryPolicy struct {
 	InitialInterval *Duration  `json:"initial_interval,omitempty" doc:"Delay before the second attempt (exponential)."`
 	Multiplier      float64    `json:"multiplier,omitempty" minimum:"1" maximum:"10" doc:"Growth factor between delays (exponential)."`
 	MaxInterval     *Duration  `json:"max_interval,omitempty" doc:"Longest delay; also caps Retry-After."`
-	Jitter          *float64   `json:"jitter,omitempty" minimum:"0" maximum:"1" doc:"Random spread of each delay, as a fraction (0.1 = ±10%)."`
+	Jitter          *float64   `json:"jitter,omitempty" minimum:"0" maximum:"1" doc:"Random spread of each delay, as a fraction (0.1 = ±10%, the default; 0 means the default)."`
 	MaxAttempts     int        `json:"max_attempts,omitempty" minimum:"1" maximum:"100" doc:"Attempts in all, counting the first."`
 	Schedule        []Duration `json:"schedule,omitempty" maxItems:"100" doc:"Delays before attempts 2, 3, … (schedule)."`
 }
@@ -27,7 +27,6 @@ func (p *RetryPolicy) toDomain() domain.RetryPolicy {
 		Strategy:    domain.RetryStrategy(p.Strategy),
 		Multiplier:  p.Multiplier,
 		MaxAttempts: p.MaxAttempts,
-		Jitter:      domain.DefaultRetryPolicy().Jitter,
 	}
 	if p.InitialInterval != nil {
 		out.InitialInterval = time.Duration(*p.InitialInterval)

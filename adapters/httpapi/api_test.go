@@ -1,0 +1,235 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/memory"
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+const key = "k1"
+
+// nopQueue accepts every publish; these tests look at the store.
+type nopQueue struct{ ports.Queue }
+
+func (nopQueue) Publish(context.Context, string, ...string) error { return nil }
+
+type server struct {
+	*httptest.Server
+	store *memory.Store
+}
+
+func newServer(t *testing.T) *server {
+	t.Helper()
+	store := memory.NewStore()
+	clock := ports.SystemClock{}
+	mux := http.NewServeMux()
+	httpapi.New(mux, httpapi.Config{Version: "test", APIKeys: []string{"k0", key}, MaxEventBytes: 4096},
+		httpapi.UseCases{
+			Ingest:        &application.Ingest{Events: store, Queue: nopQueue{}, Clock: clock},
+			Subscriptions: &application.Subscriptions{Store: store, Clock: clock},
+			Events:        &application.Events{Events: store, Deliveries: store},
+		}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &server{Server: srv, store: store}
+}
+
+func (s *server) do(t *testing.T, method, path, body string, header ...string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return res, out
+}
+
+func (s *server) counts(t *testing.T) (subs, events int) {
+	t.Helper()
+	list, err := s.store.ListSubscriptions(context.Background(), ports.Page{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.store.UnfannedEvents(context.Background(), farFuture, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list), len(ids)
+}
+
+func TestBadRequestsGetAPreciseErrorAndChangeNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	big := `{"type":"a","source":"s","data":{"x":"` + strings.Repeat("x", 5000) + `"}}`
+	tests := []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+	}{
+		{"no key", "GET", "/v1/subscriptions", "", []string{"Authorization", ""}, 401},
+		{"wrong key", "GET", "/v1/subscriptions", "", []string{"Authorization", "Bearer nope"}, 401},
+		{"not bearer", "GET", "/v1/subscriptions", "", []string{"Authorization", "Basic " + key}, 401},
+		{"unknown subscription field", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"colour":"red"}`, nil, 422},
+		{"ftp url", "POST", "/v1/subscriptions", `{"url":"ftp://e.com/x","event_types":["a"]}`, nil, 422},
+		{"no event types", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":[]}`, nil, 422},
+		{"bad pattern", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a*"]}`, nil, 422},
+		{"bad duration", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"timeout":"soon"}`, nil, 422},
+		{"negative rate limit", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"rate_limit":-5}`, nil, 422},
+		{"bad json pointer", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"ordering_key":"data/x"}`, nil, 422},
+		{"bad secret", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"secret":"hunter2"}`, nil, 422},
+		{"malformed json", "POST", "/v1/subscriptions", `{"url":`, nil, 400},
+		{"unknown event field", "POST", "/v1/events", `{"type":"a","source":"s","data":{},"extra":1}`, nil, 422},
+		{"array data", "POST", "/v1/events", `{"type":"a","source":"s","data":[1,2]}`, nil, 422},
+		{"string data", "POST", "/v1/events", `{"type":"a","source":"s","data":"x"}`, nil, 422},
+		{"missing data", "POST", "/v1/events", `{"type":"a","source":"s"}`, nil, 422},
+		{"bad type", "POST", "/v1/events", `{"type":"a..b","source":"s","data":{}}`, nil, 422},
+		{"oversize body", "POST", "/v1/events", big, nil, 413},
+		{"unknown subscription", "GET", "/v1/subscriptions/sub_nope", "", nil, 404},
+		{"delete unknown subscription", "DELETE", "/v1/subscriptions/sub_nope", "", nil, 404},
+		{"unknown event", "GET", "/v1/events/evt_nope", "", nil, 404},
+		{"unknown event attempts", "GET", "/v1/events/evt_nope/attempts", "", nil, 404},
+		{"bad cursor", "GET", "/v1/subscriptions?cursor=not-a-cursor", "", nil, 400},
+		{"limit too large", "GET", "/v1/subscriptions?limit=100000", "", nil, 422},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, body := s.do(t, tt.method, tt.path, tt.body, tt.header...)
+			if res.StatusCode != tt.status {
+				t.Errorf("status = %d, want %d: %v", res.StatusCode, tt.status, body)
+			}
+			if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+				t.Errorf("content type = %q, want application/problem+json", ct)
+			}
+			if subs, events := s.counts(t); subs != 0 || events != 0 {
+				t.Errorf("store changed: %d subscriptions, %d events", subs, events)
+			}
+		})
+	}
+}
+
+func TestSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	res, sub := s.do(t, "POST", "/v1/subscriptions", `{"url":"https://example.com/hook","event_types":["order.*"],"retry_policy":{"strategy":"schedule","schedule":["1m","5m"]}}`)
+	if res.StatusCode != 201 {
+		t.Fatalf("create = %d: %v", res.StatusCode, sub)
+	}
+	if secret, _ := sub["secret"].(string); !strings.HasPrefix(secret, "whsec_") {
+		t.Errorf("create answered secret %q, want a generated whsec_ secret", secret)
+	}
+	rp := sub["retry_policy"].(map[string]any)
+	if rp["strategy"] != "schedule" || rp["max_attempts"] != float64(3) {
+		t.Errorf("retry_policy = %v, want schedule with max_attempts 3", rp)
+	}
+	id := sub["id"].(string)
+	res, got := s.do(t, "GET", "/v1/subscriptions/"+id, "")
+	if res.StatusCode != 200 || got["url"] != "https://example.com/hook" || got["timeout"] != "10s" || got["rate_limit"] != float64(100) {
+		t.Errorf("get = %d %v", res.StatusCode, got)
+	}
+	if _, ok := got["secret"]; ok {
+		t.Error("get returned the secret")
+	}
+	if res, _ := s.do(t, "DELETE", "/v1/subscriptions/"+id, ""); res.StatusCode != 204 {
+		t.Errorf("delete = %d, want 204", res.StatusCode)
+	}
+	if res, _ := s.do(t, "GET", "/v1/subscriptions/"+id, ""); res.StatusCode != 404 {
+		t.Errorf("get after delete = %d, want 404", res.StatusCode)
+	}
+}
+
+func TestListSubscriptionsPages(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	var ids []string
+	for range 5 {
+		_, sub := s.do(t, "POST", "/v1/subscriptions", `{"url":"https://example.com/hook","event_types":["a"]}`)
+		ids = append(ids, sub["id"].(string))
+	}
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("pagination does not end")
+		}
+		_, page := s.do(t, "GET", "/v1/subscriptions?limit=2&cursor="+cursor, "")
+		for _, item := range page["data"].([]any) {
+			m := item.(map[string]any)
+			seen = append(seen, m["id"].(string))
+			if _, ok := m["secret"]; ok {
+				t.Error("list returned a secret")
+			}
+		}
+		next, ok := page["next_cursor"].(string)
+		if !ok {
+			if page["next_cursor"] != nil {
+				t.Fatalf("next_cursor = %v", page["next_cursor"])
+			}
+			break
+		}
+		cursor = next
+	}
+	if strings.Join(seen, ",") != strings.Join(ids, ",") {
+		t.Errorf("pages gave %v, want %v", seen, ids)
+	}
+}
+
+func TestPublishAndIdempotentReplay(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	body := `{"type":"order.created","source":"shop","data":{"b":1,"a":[true,null]}}`
+	res, ev := s.do(t, "POST", "/v1/events", body, "Idempotency-Key", "k-1")
+	if res.StatusCode != 202 || ev["status"] != "pending" {
+		t.Fatalf("publish = %d %v", res.StatusCode, ev)
+	}
+	data, _ := json.Marshal(ev["data"])
+	if string(data) != `{"a":[true,null],"b":1}` { // re-encoded by the test's map; key order is Go's
+		t.Errorf("data = %s", data)
+	}
+	res, again := s.do(t, "POST", "/v1/events", body, "X-Idempotency-Key", "k-1")
+	if res.StatusCode != 200 || res.Header.Get("Idempotent-Replayed") != "true" || again["id"] != ev["id"] {
+		t.Errorf("replay = %d %q %v, want 200, Idempotent-Replayed: true, same id", res.StatusCode, res.Header.Get("Idempotent-Replayed"), again["id"])
+	}
+	res, got := s.do(t, "GET", "/v1/events/"+ev["id"].(string), "")
+	if res.StatusCode != 200 || got["type"] != "order.created" || got["deliveries"] == nil {
+		t.Errorf("get event = %d %v", res.StatusCode, got)
+	}
+}
+
+func TestHealthNeedsNoKey(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	for _, path := range []string{"/health", "/ready", "/openapi.json"} {
+		res, err := http.Get(s.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Errorf("GET %s = %d, want 200", path, res.StatusCode)
+		}
+	}
+}
+
+var farFuture = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
