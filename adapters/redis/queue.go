@@ -1,0 +1,418 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Queue defaults.
+const (
+	// DefaultPrefix starts every key the queue writes.
+	DefaultPrefix = "dispatch:"
+	// DefaultMaxLen is the approximate length streams are trimmed to. It is
+	// far above any healthy backlog (entries are ids of a few dozen bytes,
+	// so a full stream is roughly 100 MB of Redis memory); see
+	// QueueOptions.MaxLen for what trimming risks.
+	DefaultMaxLen = 1_000_000
+	// DefaultBlockSlice is the longest single XREADGROUP BLOCK; see
+	// QueueOptions.BlockSlice.
+	DefaultBlockSlice = 100 * time.Millisecond
+)
+
+// bodyField is the one field of every stream entry. It is short because it
+// is stored once per entry.
+const bodyField = "b"
+
+// reclaimPages bounds how many XAUTOCLAIM calls one Reclaim makes, so a huge
+// pending list is walked over several Reclaim calls instead of one slow one.
+const reclaimPages = 8
+
+// defaultReclaimCount is XAUTOCLAIM's own default COUNT, used when the caller
+// asks for count <= 0.
+const defaultReclaimCount = 100
+
+// QueueOptions configures a Queue. The zero value is valid: default prefix,
+// no trimming, default block slice. DefaultQueueOptions is what production
+// should start from.
+type QueueOptions struct {
+	// Prefix starts every key, so several deployments (or tests) can share
+	// one Redis. "" means DefaultPrefix. It must not contain '{' or '}',
+	// which would break the hash tag that follows it.
+	Prefix string
+	// MaxLen trims each stream to about this many entries on every XADD
+	// (MAXLEN ~, which Redis applies cheaply, whole macro-nodes at a time).
+	// Trimming drops the oldest entries whether or not a group has read or
+	// acknowledged them, so it can lose unprocessed entries, but only when
+	// the backlog exceeds MaxLen; PostgreSQL holds the state of every event
+	// and delivery, and the scheduler's outbox sweep re-enqueues what a
+	// stream lost, so trimming costs latency, never data. 0 disables
+	// trimming (streams then grow until Redis memory runs out).
+	MaxLen int64
+	// BlockSlice is the longest single server-side BLOCK of a Read; a longer
+	// block is waited out in slices. go-redis does not interrupt a blocked
+	// command when its context is cancelled, so this bounds how long a
+	// cancelled Read keeps waiting (graceful shutdown). Each slice that
+	// times out costs an idle consumer one cheap round trip. 0 means
+	// DefaultBlockSlice.
+	BlockSlice time.Duration
+}
+
+// DefaultQueueOptions returns the production defaults: DefaultPrefix,
+// DefaultMaxLen, DefaultBlockSlice.
+func DefaultQueueOptions() QueueOptions {
+	return QueueOptions{Prefix: DefaultPrefix, MaxLen: DefaultMaxLen, BlockSlice: DefaultBlockSlice}
+}
+
+// Validate reports the first invalid option.
+func (o QueueOptions) Validate() error {
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return fmt.Errorf("redis queue: prefix must not contain '{' or '}', got %q", o.Prefix)
+	}
+	if o.MaxLen < 0 {
+		return fmt.Errorf("redis queue: max length must be >= 0 (0 disables trimming), got %d", o.MaxLen)
+	}
+	if o.BlockSlice < 0 {
+		return fmt.Errorf("redis queue: block slice must be >= 0, got %s", o.BlockSlice)
+	}
+	return nil
+}
+
+// Queue is ports.Queue on Redis Streams: one stream per queue stream, read
+// through consumer groups (XREADGROUP), acknowledged with XACK and reclaimed
+// with XAUTOCLAIM. Safe for concurrent use.
+type Queue struct {
+	client     goredis.UniversalClient
+	prefix     string
+	maxLen     int64
+	blockSlice time.Duration
+
+	// cursors remembers where the last Reclaim of each stream and group
+	// stopped, so successive Reclaims walk the whole pending list instead of
+	// rescanning its head (XAUTOCLAIM's intended use).
+	mu      sync.Mutex
+	cursors map[string]string
+}
+
+var _ ports.Queue = (*Queue)(nil)
+
+// NewQueue returns a Queue on client. The caller owns client and closes it.
+func NewQueue(client goredis.UniversalClient, opts QueueOptions) (*Queue, error) {
+	if client == nil {
+		return nil, errors.New("redis queue: client is nil")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.BlockSlice == 0 {
+		opts.BlockSlice = DefaultBlockSlice
+	}
+	return &Queue{
+		client:     client,
+		prefix:     opts.Prefix,
+		maxLen:     opts.MaxLen,
+		blockSlice: opts.BlockSlice,
+		cursors:    make(map[string]string),
+	}, nil
+}
+
+// key is the Redis key of stream: the name is the hash tag, so a stream and
+// anything keyed by it share a Cluster slot.
+func (q *Queue) key(stream string) string {
+	return q.prefix + "{" + stream + "}"
+}
+
+// Publish appends bodies to stream with one XADD each, pipelined into a
+// single round trip. A pipeline on one connection keeps the order.
+func (q *Queue) Publish(ctx context.Context, stream string, bodies ...string) error {
+	if len(bodies) == 0 {
+		return nil
+	}
+	key := q.key(stream)
+	if len(bodies) == 1 {
+		if err := q.client.XAdd(ctx, q.xaddArgs(key, bodies[0])).Err(); err != nil {
+			return fmt.Errorf("redis queue: publish to %s: %w", key, interpretError(err))
+		}
+		return nil
+	}
+	_, err := q.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, body := range bodies {
+			p.XAdd(ctx, q.xaddArgs(key, body))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(bodies), key, interpretError(err))
+	}
+	return nil
+}
+
+func (q *Queue) xaddArgs(key, body string) *goredis.XAddArgs {
+	return &goredis.XAddArgs{
+		Stream: key,
+		MaxLen: q.maxLen, // 0 leaves MAXLEN out
+		Approx: true,
+		Values: []string{bodyField, body},
+	}
+}
+
+// Read reads new entries with XREADGROUP ... BLOCK, creating the group (and
+// the stream) on the first NOGROUP reply. The block is waited out in slices
+// of at most BlockSlice so that a cancelled ctx is noticed promptly.
+func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := q.key(stream)
+	deadline := time.Now().Add(block)
+	createdGroup := false
+	for {
+		slice := -time.Duration(1) // negative: go-redis leaves BLOCK out, no wait
+		if remaining := time.Until(deadline); remaining > 0 {
+			slice = min(remaining, q.blockSlice)
+			if d, ok := ctx.Deadline(); ok {
+				// go-redis would turn a ctx deadline inside the BLOCK into a
+				// socket timeout and drop the connection; stop short instead.
+				slice = min(slice, time.Until(d))
+			}
+			// BLOCK counts whole milliseconds and BLOCK 0 waits forever.
+			slice = max(slice, time.Millisecond)
+		}
+		streams, err := q.client.XReadGroup(ctx, &goredis.XReadGroupArgs{
+			Group:    group,
+			Consumer: consumer,
+			Streams:  []string{key, ">"},
+			Count:    int64(max(count, 0)),
+			Block:    slice,
+		}).Result()
+		switch {
+		case err == nil:
+			msgs := toMessages(streams)
+			if len(msgs) > 0 {
+				// Even if ctx ended meanwhile: these entries are now pending
+				// for consumer, and handing them over beats leaving them to
+				// wait out the visibility timeout.
+				return msgs, nil
+			}
+		case errors.Is(err, goredis.Nil):
+			// The block expired with nothing new.
+		case isNoGroup(err) && !createdGroup:
+			if err := q.createGroup(ctx, key, group); err != nil {
+				return nil, err
+			}
+			createdGroup = true
+			continue
+		default:
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return nil, fmt.Errorf("redis queue: read %s as %s/%s: %w", key, group, consumer, interpretError(err))
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !time.Now().Before(deadline) {
+			return []ports.Message{}, nil
+		}
+	}
+}
+
+// createGroup creates group on key reading from the stream's start, and the
+// stream if it does not exist yet. Another consumer may win the race; its
+// BUSYGROUP reply means the group is there, which is all that matters.
+func (q *Queue) createGroup(ctx context.Context, key, group string) error {
+	err := q.client.XGroupCreateMkStream(ctx, key, group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redis queue: create group %s on %s: %w", group, key, interpretError(err))
+	}
+	return nil
+}
+
+// isNoGroup reports the reply to reading a group (or stream) that does not
+// exist; it also follows a FLUSHALL, after which groups are recreated.
+func isNoGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
+}
+
+// Ack acknowledges ids with one XACK. XACK ignores ids that are not pending,
+// and a missing stream or group acknowledges nothing without an error.
+func (q *Queue) Ack(ctx context.Context, stream, group string, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	key := q.key(stream)
+	if err := q.client.XAck(ctx, key, group, ids...).Err(); err != nil {
+		return fmt.Errorf("redis queue: ack %d entries of %s for %s: %w", len(ids), key, group, interpretError(err))
+	}
+	return nil
+}
+
+// Reclaim runs XAUTOCLAIM from where the previous Reclaim of this stream and
+// group stopped, for up to reclaimPages pages, until count entries are
+// claimed or the pending list has been walked to its end. Entries whose data
+// was trimmed (Redis 7 lists them as deleted ids; Redis 6.2 returns them
+// with no fields) are acknowledged and skipped.
+func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]ports.Message, error) {
+	if count <= 0 {
+		count = defaultReclaimCount
+	}
+	key := q.key(stream)
+	cursorKey := key + "\x00" + group
+	q.mu.Lock()
+	start := q.cursors[cursorKey]
+	q.mu.Unlock()
+	if start == "" {
+		start = "0-0"
+	}
+
+	msgs := []ports.Message{}
+	var trimmed []string
+	for page := 0; page < reclaimPages && len(msgs) < count; page++ {
+		reply, err := q.client.Do(ctx, "XAUTOCLAIM", key, group, consumer,
+			minIdle.Milliseconds(), start, "COUNT", count-len(msgs)).Slice()
+		if isNoGroup(err) {
+			return msgs, nil // no group, nothing pending
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis queue: reclaim %s for %s/%s: %w", key, group, consumer, interpretError(err))
+		}
+		next, claimed, deleted, err := parseAutoclaim(reply)
+		if err != nil {
+			return nil, fmt.Errorf("redis queue: reclaim %s for %s/%s: %w", key, group, consumer, err)
+		}
+		for _, c := range claimed {
+			if c.trimmed {
+				trimmed = append(trimmed, c.msg.ID)
+				continue
+			}
+			msgs = append(msgs, c.msg)
+		}
+		trimmed = append(trimmed, deleted...)
+		start = next
+		if next == "0-0" {
+			break // walked to the end; the next Reclaim starts over
+		}
+	}
+	q.mu.Lock()
+	q.cursors[cursorKey] = start
+	q.mu.Unlock()
+
+	// Redis 7 already dropped deleted ids from the pending list; Redis 6.2
+	// did not. XACK is right for both and costs a round trip only when
+	// something was trimmed.
+	if err := q.Ack(ctx, stream, group, trimmed...); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// Ping reports whether Redis answers.
+func (q *Queue) Ping(ctx context.Context) error {
+	if err := q.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis queue: ping: %w", interpretError(err))
+	}
+	return nil
+}
+
+func toMessages(streams []goredis.XStream) []ports.Message {
+	n := 0
+	for _, s := range streams {
+		n += len(s.Messages)
+	}
+	msgs := make([]ports.Message, 0, n)
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			body, _ := m.Values[bodyField].(string)
+			msgs = append(msgs, ports.Message{ID: m.ID, Body: body})
+		}
+	}
+	return msgs
+}
+
+// claimedEntry is one entry of an XAUTOCLAIM reply.
+type claimedEntry struct {
+	msg     ports.Message
+	trimmed bool // Redis 6.2: the entry is pending but its data is gone
+}
+
+// parseAutoclaim reads a raw XAUTOCLAIM reply: [next-cursor, [[id, [field,
+// value, ...]] ...], [deleted-id ...]]. go-redis's typed XAutoClaim
+// discards the deleted ids, which Reclaim needs, hence the raw command.
+func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted []string, err error) {
+	if len(reply) < 2 {
+		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM reply with %d elements", len(reply))
+	}
+	next, ok := reply[0].(string)
+	if !ok {
+		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM cursor %T", reply[0])
+	}
+	entries, ok := reply[1].([]any)
+	if !ok && reply[1] != nil {
+		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entries %T", reply[1])
+	}
+	for _, e := range entries {
+		pair, ok := e.([]any)
+		if !ok || len(pair) < 1 {
+			return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entry %T", e)
+		}
+		id, ok := pair[0].(string)
+		if !ok {
+			return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entry id %T", pair[0])
+		}
+		var fields any
+		if len(pair) > 1 {
+			fields = pair[1]
+		}
+		body, present := entryBody(fields)
+		claimed = append(claimed, claimedEntry{msg: ports.Message{ID: id, Body: body}, trimmed: !present})
+	}
+	if len(reply) > 2 {
+		ids, _ := reply[2].([]any)
+		for _, v := range ids {
+			if id, ok := v.(string); ok {
+				deleted = append(deleted, id)
+			}
+		}
+	}
+	return next, claimed, deleted, nil
+}
+
+// entryBody finds the body among an entry's fields, which RESP2 sends as a
+// flat array and RESP3 may send as a map. present is false when the entry
+// has no data at all.
+func entryBody(fields any) (body string, present bool) {
+	switch f := fields.(type) {
+	case []any:
+		for i := 0; i+1 < len(f); i += 2 {
+			if name, _ := f[i].(string); name == bodyField {
+				body, _ = f[i+1].(string)
+				return body, true
+			}
+		}
+		return "", len(f) > 0
+	case map[any]any:
+		if v, ok := f[bodyField]; ok {
+			body, _ = v.(string)
+			return body, true
+		}
+		return "", len(f) > 0
+	case map[string]any:
+		if v, ok := f[bodyField]; ok {
+			body, _ = v.(string)
+			return body, true
+		}
+		return "", len(f) > 0
+	default:
+		return "", false
+	}
+}

@@ -1,0 +1,267 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
+	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
+)
+
+func newTestQueue(t testing.TB, client goredis.UniversalClient, opts QueueOptions) *Queue {
+	t.Helper()
+	q, err := NewQueue(client, opts)
+	require.NoError(t, err)
+	return q
+}
+
+// TestQueue runs the contract suite against the real Redis at REDIS_URL,
+// one key prefix per test.
+func TestQueue(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) ports.Queue {
+		return newTestQueue(t, redistest.Client(t), QueueOptions{Prefix: redistest.Prefix(t), MaxLen: DefaultMaxLen})
+	}, queuetest.Features{
+		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
+			rq := q.(*Queue)
+			require.NoError(t, rq.client.XDel(t.Context(), rq.key(stream), id).Err())
+		},
+	})
+}
+
+// miniQueue is a Queue on its own miniredis, whose clock the suite drives.
+type miniQueue struct {
+	*Queue
+	mr *miniredis.Miniredis
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (m *miniQueue) advance(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = m.now.Add(d)
+	m.mr.SetTime(m.now)
+}
+
+// TestQueueMiniredis runs the contract suite on miniredis, moving its clock
+// instead of waiting for entries to idle. miniredis's XAUTOCLAIM skips
+// trimmed entries without reporting them (they stay in its pending list),
+// which is all the port lets the suite observe; TestQueueReclaimAcksTrimmedEntries
+// checks the pending list on real Redis.
+func TestQueueMiniredis(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) ports.Queue {
+		mr, client := redistest.Mini(t)
+		m := &miniQueue{Queue: newTestQueue(t, client, QueueOptions{}), mr: mr, now: time.Now()}
+		mr.SetTime(m.now)
+		return m
+	}, queuetest.Features{
+		AdvanceIdle: func(t *testing.T, q ports.Queue, d time.Duration) { q.(*miniQueue).advance(d) },
+		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
+			m := q.(*miniQueue)
+			require.NoError(t, m.client.XDel(t.Context(), m.key(stream), id).Err())
+		},
+	})
+}
+
+func TestQueueKeysUseHashTag(t *testing.T) {
+	t.Parallel()
+	_, client := redistest.Mini(t)
+	q := newTestQueue(t, client, QueueOptions{})
+	assert.Equal(t, "dispatch:{events}", q.key(ports.EventStream))
+	assert.Equal(t, "dispatch:{deliveries:3}", q.key(ports.DeliveryStream+":3"))
+}
+
+func TestQueueOptionsValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opts QueueOptions
+		ok   bool
+	}{
+		{"zero value", QueueOptions{}, true},
+		{"defaults", DefaultQueueOptions(), true},
+		{"brace in prefix", QueueOptions{Prefix: "a{b}:"}, false},
+		{"negative max length", QueueOptions{MaxLen: -1}, false},
+		{"negative block slice", QueueOptions{BlockSlice: -time.Second}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Validate()
+			if tc.ok {
+				assert.NoError(t, err)
+				return
+			}
+			assert.Error(t, err)
+			client := goredis.NewClient(&goredis.Options{})
+			defer client.Close()
+			_, err = NewQueue(client, tc.opts)
+			assert.Error(t, err, "NewQueue validates its options")
+		})
+	}
+	_, err := NewQueue(nil, QueueOptions{})
+	assert.Error(t, err)
+}
+
+// TestQueueTrimsApproximately publishes past MaxLen and checks the stream is
+// kept near it (MAXLEN ~ trims whole macro-nodes, so "near" is loose).
+func TestQueueTrimsApproximately(t *testing.T) {
+	t.Parallel()
+	client := redistest.Client(t)
+	q := newTestQueue(t, client, QueueOptions{Prefix: redistest.Prefix(t), MaxLen: 100})
+	ctx := t.Context()
+	bodies := make([]string, 1000)
+	for i := range bodies {
+		bodies[i] = strconv.Itoa(i)
+	}
+	require.NoError(t, q.Publish(ctx, "trim", bodies...))
+	n, err := client.XLen(ctx, q.key("trim")).Result()
+	require.NoError(t, err)
+	assert.Less(t, n, int64(500), "the stream must be trimmed towards MaxLen")
+	assert.GreaterOrEqual(t, n, int64(100), "approximate trimming never goes below MaxLen")
+}
+
+// TestQueueNoTrimWhenMaxLenZero checks that MaxLen 0 leaves MAXLEN out.
+func TestQueueNoTrimWhenMaxLenZero(t *testing.T) {
+	t.Parallel()
+	client := redistest.Client(t)
+	q := newTestQueue(t, client, QueueOptions{Prefix: redistest.Prefix(t)})
+	ctx := t.Context()
+	bodies := make([]string, 300)
+	for i := range bodies {
+		bodies[i] = strconv.Itoa(i)
+	}
+	require.NoError(t, q.Publish(ctx, "keep", bodies...))
+	n, err := client.XLen(ctx, q.key("keep")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(300), n)
+}
+
+// TestQueueReclaimAcksTrimmedEntries checks on real Redis that a trimmed
+// entry also leaves the pending list (the suite can only see that it is
+// not returned).
+func TestQueueReclaimAcksTrimmedEntries(t *testing.T) {
+	t.Parallel()
+	client := redistest.Client(t)
+	q := newTestQueue(t, client, QueueOptions{Prefix: redistest.Prefix(t)})
+	ctx := t.Context()
+	require.NoError(t, q.Publish(ctx, "s", "a", "b"))
+	msgs, err := q.Read(ctx, "s", "g", "dead", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	require.NoError(t, client.XDel(ctx, q.key("s"), msgs[0].ID).Err())
+
+	got, err := q.Reclaim(ctx, "s", "g", "rescuer", 0, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, []string{got[0].Body})
+	pending, err := client.XPending(ctx, q.key("s"), "g").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), pending.Count, "only the entry with data stays pending")
+}
+
+// TestQueueRecreatesGroupAfterFlush covers Redis losing everything: reading
+// recreates the stream and group instead of failing forever.
+func TestQueueRecreatesGroupAfterFlush(t *testing.T) {
+	t.Parallel()
+	mr, client := redistest.Mini(t)
+	q := newTestQueue(t, client, QueueOptions{})
+	ctx := t.Context()
+	require.NoError(t, q.Publish(ctx, "s", "before"))
+	msgs, err := q.Read(ctx, "s", "g", "c", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+
+	mr.FlushAll()
+	msgs, err = q.Read(ctx, "s", "g", "c", 10, 0)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+	require.NoError(t, q.Publish(ctx, "s", "after"))
+	msgs, err = q.Read(ctx, "s", "g", "c", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "after", msgs[0].Body)
+}
+
+// TestQueueErrors checks errors from a dead server are plain
+// errors (no go-redis type crosses the seam) and keep ctx identity.
+func TestQueueErrors(t *testing.T) {
+	t.Parallel()
+	mr := miniredis.RunT(t)
+	// No retries: the server is gone for good and the test should be quick.
+	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	q := newTestQueue(t, client, QueueOptions{})
+	mr.Close()
+	ctx := t.Context()
+
+	err := q.Publish(ctx, "s", "x")
+	require.Error(t, err)
+	var redisErr goredis.Error
+	assert.NotErrorAs(t, err, &redisErr)
+	assert.Error(t, q.Ping(ctx))
+	_, err = q.Read(ctx, "s", "g", "c", 1, 0)
+	assert.Error(t, err)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = q.Read(cancelled, "s", "g", "c", 1, time.Second)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestConnect(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	client, err := Connect(ctx, redistest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	require.NoError(t, client.Ping(ctx).Err())
+
+	// The DB index in the URL is honoured.
+	mr := miniredis.RunT(t)
+	db5, err := Connect(ctx, "redis://"+mr.Addr()+"/5")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db5.Close() })
+	require.NoError(t, db5.Set(ctx, "k", "v", 0).Err())
+	assert.Equal(t, "v", mustGet(t, mr.DB(5), "k"))
+
+	_, err = Connect(ctx, "redis://:secret@127.0.0.1:1/0")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "127.0.0.1:1")
+	assert.NotContains(t, err.Error(), "secret", "the password must not reach logs")
+
+	_, err = Connect(ctx, "http://nope")
+	assert.Error(t, err)
+}
+
+func mustGet(t *testing.T, db *miniredis.RedisDB, key string) string {
+	t.Helper()
+	v, err := db.Get(key)
+	require.NoError(t, err)
+	return v
+}
+
+func BenchmarkQueuePublish(b *testing.B) {
+	client := redistest.Client(b)
+	q := newTestQueue(b, client, QueueOptions{Prefix: redistest.Prefix(b), MaxLen: DefaultMaxLen})
+	ctx := b.Context()
+	batch := make([]string, 100)
+	for i := range batch {
+		batch[i] = "01J0000000000000000000000" + strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := q.Publish(ctx, "bench", batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "entries/s")
+}

@@ -1,0 +1,578 @@
+// Package queuetest is the contract test suite of ports.Queue. Every queue
+// adapter runs it (the watermill pubsub/tests idea): one suite, with a
+// Features value for what differs between adapters, instead of forked tests.
+//
+//	func TestQueue(t *testing.T) {
+//		queuetest.Run(t, func(t *testing.T) ports.Queue { return newQueue(t) }, queuetest.Features{})
+//	}
+//
+// Rule of dependency: imports ports, the standard library and testify; no
+// adapter. Adapters import it from their tests.
+package queuetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Features says what an adapter can do for the suite beyond the port.
+type Features struct {
+	// AdvanceIdle, when set, moves the clock q measures idle times with by
+	// d, so that every pending entry of q looks d older. The suite then
+	// tests minIdle exactly and without waiting. When nil the suite uses
+	// real time: a short minIdle (RealMinIdle) polled with a deadline.
+	AdvanceIdle func(t *testing.T, q ports.Queue, d time.Duration)
+	// DropEntryData, when set, deletes the data of entry id from stream in
+	// q while leaving it pending, the way stream trimming does, so the suite
+	// checks that Reclaim acknowledges such an entry and does not return
+	// it. When nil that test is skipped.
+	DropEntryData func(t *testing.T, q ports.Queue, stream, id string)
+}
+
+// Idle times the suite uses.
+const (
+	// ClockMinIdle is the minIdle of Reclaim when Features.AdvanceIdle drives
+	// the clock: long, so real time passing during the test never matters.
+	ClockMinIdle = time.Hour
+	// RealMinIdle is the minIdle of Reclaim in real time: short, so tests
+	// stay quick; the suite polls instead of sleeping.
+	RealMinIdle = 50 * time.Millisecond
+	// waitFor bounds every poll; generous for a loaded CI machine.
+	waitFor = 10 * time.Second
+)
+
+// streamName is the stream every test uses; each test has its own queue.
+const streamName = "contract"
+
+// Run runs the contract suite. newQueue returns a fresh, empty queue for one
+// test (a new instance, or a shared server with a key prefix per test);
+// tests run in parallel.
+func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Features) {
+	t.Helper()
+	s := suite{newQueue: newQueue, f: features}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"PublishReadOrder", s.testPublishReadOrder},
+		{"ReadCount", s.testReadCount},
+		{"ReadBeforePublish", s.testReadBeforePublish},
+		{"OneGroupSeesEachEntryOnce", s.testOneGroupSeesEachEntryOnce},
+		{"GroupsAreIndependent", s.testGroupsAreIndependent},
+		{"StreamsAreIndependent", s.testStreamsAreIndependent},
+		{"ReadBlocksThenReturnsEmpty", s.testReadBlocksThenReturnsEmpty},
+		{"ReadZeroBlockDoesNotWait", s.testReadZeroBlockDoesNotWait},
+		{"ReadWakesOnPublish", s.testReadWakesOnPublish},
+		{"ReadReturnsOnCancel", s.testReadReturnsOnCancel},
+		{"AckRemovesFromPending", s.testAckRemovesFromPending},
+		{"AckUnknownIDs", s.testAckUnknownIDs},
+		{"ReclaimAfterMinIdleNotBefore", s.testReclaimAfterMinIdleNotBefore},
+		{"ReclaimCount", s.testReclaimCount},
+		{"ReclaimUnknownGroup", s.testReclaimUnknownGroup},
+		{"ReclaimSkipsTrimmedEntries", s.testReclaimSkipsTrimmedEntries},
+		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
+		{"Ping", s.testPing},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+type suite struct {
+	newQueue func(t *testing.T) ports.Queue
+	f        Features
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*waitFor)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func bodiesN(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+func bodiesOf(msgs []ports.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Body
+	}
+	return out
+}
+
+func idsOf(msgs []ports.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// readAll reads until n entries came, failing with what it got after the
+// deadline.
+func readAll(t *testing.T, q ports.Queue, stream, group, consumer string, n int) []ports.Message {
+	t.Helper()
+	ctx := ctxFor(t)
+	var got []ports.Message
+	deadline := time.Now().Add(waitFor)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %d entries of %s as %s/%s; got %d: %v", waitFor, n, stream, group, consumer, len(got), bodiesOf(got))
+		}
+		msgs, err := q.Read(ctx, stream, group, consumer, n-len(got), 200*time.Millisecond)
+		require.NoError(t, err)
+		got = append(got, msgs...)
+	}
+	return got
+}
+
+// idleFor makes every entry read so far old enough for Reclaim, and returns
+// the minIdle to pass. In real time it returns RealMinIdle and callers poll.
+func (s suite) idleFor(t *testing.T, q ports.Queue) time.Duration {
+	if s.f.AdvanceIdle != nil {
+		s.f.AdvanceIdle(t, q, ClockMinIdle+time.Second)
+		return ClockMinIdle
+	}
+	return RealMinIdle
+}
+
+// reclaimUntil calls Reclaim until every id in want has been returned,
+// failing after the deadline with what was waited for. It returns every
+// message reclaimed on the way.
+func (s suite) reclaimUntil(t *testing.T, q ports.Queue, group, consumer string, minIdle time.Duration, count int, want []string) []ports.Message {
+	t.Helper()
+	ctx := ctxFor(t)
+	var got []ports.Message
+	deadline := time.Now().Add(waitFor)
+	for {
+		msgs, err := q.Reclaim(ctx, streamName, group, consumer, minIdle, count)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(msgs), count, "Reclaim returned more than count")
+		got = append(got, msgs...)
+		ids := idsOf(got)
+		missing := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return slices.Contains(ids, id) })
+		if len(missing) == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for entries %v to be reclaimable after %s idle; still missing %v", waitFor, want, minIdle, missing)
+		}
+		if s.f.AdvanceIdle != nil && len(msgs) == 0 {
+			t.Fatalf("entries %v were not reclaimed although the clock moved past minIdle", missing)
+		}
+	}
+}
+
+func (s suite) testPublishReadOrder(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	want := bodiesN("order-", 12)
+	require.NoError(t, q.Publish(ctx, streamName, want[:5]...))
+	require.NoError(t, q.Publish(ctx, streamName, want[5]))
+	require.NoError(t, q.Publish(ctx, streamName, want[6:]...))
+	require.NoError(t, q.Publish(ctx, streamName), "publishing nothing is a no-op")
+
+	got := readAll(t, q, streamName, "g", "c1", len(want))
+	assert.Equal(t, want, bodiesOf(got), "one group reads entries in publish order")
+	ids := idsOf(got)
+	for _, id := range ids {
+		assert.NotEmpty(t, id, "the queue assigns an id")
+	}
+	assert.Len(t, compactSet(ids), len(ids), "ids are unique: %v", ids)
+}
+
+func (s suite) testReadCount(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	want := bodiesN("count-", 10)
+	require.NoError(t, q.Publish(ctx, streamName, want...))
+
+	first, err := q.Read(ctx, streamName, "g", "c1", 3, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, want[:3], bodiesOf(first), "Read returns at most count entries, oldest first")
+	rest := readAll(t, q, streamName, "g", "c1", 7)
+	assert.Equal(t, want[3:], bodiesOf(rest))
+}
+
+func (s suite) testReadBeforePublish(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	// The first Read creates the group on a stream that does not exist yet.
+	msgs, err := q.Read(ctx, streamName, "g", "c1", 10, 0)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+
+	require.NoError(t, q.Publish(ctx, streamName, "after"))
+	got := readAll(t, q, streamName, "g", "c1", 1)
+	assert.Equal(t, []string{"after"}, bodiesOf(got))
+
+	// A group created later still reads from the stream's start.
+	late := readAll(t, q, streamName, "late", "c1", 1)
+	assert.Equal(t, []string{"after"}, bodiesOf(late))
+}
+
+func (s suite) testOneGroupSeesEachEntryOnce(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	want := bodiesN("once-", 10)
+	require.NoError(t, q.Publish(ctx, streamName, want...))
+
+	a, err := q.Read(ctx, streamName, "g", "a", 4, time.Second)
+	require.NoError(t, err)
+	b := readAll(t, q, streamName, "g", "b", 10-len(a))
+	assert.ElementsMatch(t, want, append(bodiesOf(a), bodiesOf(b)...), "consumers of one group split the entries")
+
+	for _, c := range []string{"a", "b", "c"} {
+		more, err := q.Read(ctx, streamName, "g", c, 10, 0)
+		require.NoError(t, err)
+		assert.Empty(t, more, "consumer %s must not see an entry already delivered to the group", c)
+	}
+}
+
+func (s suite) testGroupsAreIndependent(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	want := bodiesN("fan-", 10)
+	require.NoError(t, q.Publish(ctx, streamName, want...))
+
+	g1 := readAll(t, q, streamName, "g1", "c", 10)
+	g2 := readAll(t, q, streamName, "g2", "c", 10)
+	assert.Equal(t, want, bodiesOf(g1))
+	assert.Equal(t, want, bodiesOf(g2), "every group sees every entry")
+	assert.Equal(t, idsOf(g1), idsOf(g2), "an entry has one id whichever group reads it")
+}
+
+func (s suite) testStreamsAreIndependent(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, "on-contract"))
+	require.NoError(t, q.Publish(ctx, streamName+"-other", "on-other"))
+
+	got := readAll(t, q, streamName, "g", "c", 1)
+	assert.Equal(t, []string{"on-contract"}, bodiesOf(got))
+	more, err := q.Read(ctx, streamName, "g", "c", 10, 0)
+	require.NoError(t, err)
+	assert.Empty(t, more)
+	other := readAll(t, q, streamName+"-other", "g", "c", 1)
+	assert.Equal(t, []string{"on-other"}, bodiesOf(other))
+}
+
+func (s suite) testReadBlocksThenReturnsEmpty(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	const block = 150 * time.Millisecond
+	start := time.Now()
+	msgs, err := q.Read(ctx, streamName, "g", "c", 10, block)
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	assert.NotNil(t, msgs, "an empty read returns an empty slice")
+	assert.Empty(t, msgs)
+	assert.GreaterOrEqual(t, elapsed, block-10*time.Millisecond, "Read must wait for the block duration")
+	assert.Less(t, elapsed, block+3*time.Second, "Read must not wait much longer than block")
+}
+
+func (s suite) testReadZeroBlockDoesNotWait(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	for range 2 { // the second time the group exists
+		start := time.Now()
+		msgs, err := q.Read(ctx, streamName, "g", "c", 10, 0)
+		require.NoError(t, err)
+		assert.Empty(t, msgs)
+		assert.Less(t, time.Since(start), 2*time.Second, "block 0 must not wait (Redis's BLOCK 0 waits forever)")
+	}
+}
+
+func (s suite) testReadWakesOnPublish(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	// Create the group first so the reader is blocked on new entries only.
+	_, err := q.Read(ctx, streamName, "g", "c", 1, 0)
+	require.NoError(t, err)
+
+	type result struct {
+		msgs []ports.Message
+		err  error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		msgs, err := q.Read(ctx, streamName, "g", "c", 10, 30*time.Second)
+		done <- result{msgs, err}
+	}()
+	// Publishing before the reader blocks is fine too: either way it must
+	// return the entry long before its block ends.
+	require.NoError(t, q.Publish(ctx, streamName, "wake"))
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		assert.Equal(t, []string{"wake"}, bodiesOf(r.msgs))
+		assert.Less(t, time.Since(start), waitFor)
+	case <-time.After(waitFor):
+		t.Fatalf("waited %s for a blocked Read to return a published entry", waitFor)
+	}
+}
+
+func (s suite) testReadReturnsOnCancel(t *testing.T) {
+	q := s.newQueue(t)
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	_, err := q.Read(ctx, streamName, "g", "c", 1, 0) // create the group
+	require.NoError(t, err)
+
+	start := time.Now()
+	timer := time.AfterFunc(50*time.Millisecond, cancel)
+	defer timer.Stop()
+	msgs, err := q.Read(ctx, streamName, "g", "c", 10, 30*time.Second)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, msgs)
+	assert.Less(t, time.Since(start), 2*time.Second, "Read must return promptly when ctx ends")
+
+	_, err = q.Read(ctx, streamName, "g", "c", 10, 30*time.Second)
+	assert.ErrorIs(t, err, context.Canceled, "Read with an ended ctx fails at once")
+}
+
+func (s suite) testAckRemovesFromPending(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, bodiesN("ack-", 3)...))
+	got := readAll(t, q, streamName, "g", "dead", 3)
+	require.NoError(t, q.Ack(ctx, streamName, "g", got[0].ID, got[2].ID))
+
+	minIdle := s.idleFor(t, q)
+	reclaimed := s.reclaimUntil(t, q, "g", "rescuer", minIdle, 10, []string{got[1].ID})
+	// One more pass: acknowledged entries must never come back.
+	if s.f.AdvanceIdle == nil {
+		more, err := q.Reclaim(ctx, streamName, "g", "rescuer2", minIdle, 10)
+		require.NoError(t, err)
+		reclaimed = append(reclaimed, more...)
+	}
+	for _, m := range reclaimed {
+		assert.NotContains(t, []string{got[0].ID, got[2].ID}, m.ID, "an acknowledged entry was reclaimed")
+	}
+	assert.Equal(t, "ack-1", reclaimed[0].Body, "Reclaim returns the entry's body")
+}
+
+func (s suite) testAckUnknownIDs(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Ack(ctx, streamName, "g"), "no ids is a no-op")
+	require.NoError(t, q.Ack(ctx, "never-created", "g", "1-1"), "unknown stream")
+
+	require.NoError(t, q.Publish(ctx, streamName, "x"))
+	got := readAll(t, q, streamName, "g", "c", 1)
+	require.NoError(t, q.Ack(ctx, streamName, "other-group", got[0].ID), "unknown group")
+	require.NoError(t, q.Ack(ctx, streamName, "g", "1-1", "9999999999999-0"), "ids that were never pending")
+	require.NoError(t, q.Ack(ctx, streamName, "g", got[0].ID))
+	require.NoError(t, q.Ack(ctx, streamName, "g", got[0].ID), "acknowledging twice")
+}
+
+func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, bodiesN("idle-", 3)...))
+	got := readAll(t, q, streamName, "g", "dead", 3)
+	want := idsOf(got)
+
+	// Not before minIdle.
+	notYet := time.Minute
+	if s.f.AdvanceIdle != nil {
+		notYet = ClockMinIdle
+		s.f.AdvanceIdle(t, q, ClockMinIdle-time.Minute)
+	}
+	early, err := q.Reclaim(ctx, streamName, "g", "rescuer", notYet, 10)
+	require.NoError(t, err)
+	assert.Empty(t, early, "entries were reclaimed before they were idle for minIdle")
+
+	// After minIdle, by another consumer, with their bodies.
+	minIdle := s.idleFor(t, q)
+	reclaimed := s.reclaimUntil(t, q, "g", "rescuer", minIdle, 10, want)
+	assert.ElementsMatch(t, bodiesN("idle-", 3), compactSet(bodiesOf(reclaimed)))
+
+	// A reclaimed entry is pending again, now for the rescuer: not
+	// reclaimable until it idles again, and gone once acknowledged.
+	again, err := q.Reclaim(ctx, streamName, "g", "third", notYet, 10)
+	require.NoError(t, err)
+	assert.Empty(t, again, "a just-reclaimed entry is not idle")
+	require.NoError(t, q.Ack(ctx, streamName, "g", want...))
+	if s.f.AdvanceIdle != nil {
+		s.f.AdvanceIdle(t, q, 2*ClockMinIdle)
+	}
+	after, err := q.Reclaim(ctx, streamName, "g", "third", minIdle, 10)
+	require.NoError(t, err)
+	assert.Empty(t, after, "an acknowledged entry was reclaimed")
+
+	// Reading never hands out a pending entry again.
+	fresh, err := q.Read(ctx, streamName, "g", "other", 10, 0)
+	require.NoError(t, err)
+	assert.Empty(t, fresh)
+}
+
+func (s suite) testReclaimCount(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, bodiesN("rc-", 5)...))
+	got := readAll(t, q, streamName, "g", "dead", 5)
+
+	minIdle := s.idleFor(t, q)
+	reclaimed := s.reclaimUntil(t, q, "g", "rescuer", minIdle, 2, idsOf(got))
+	assert.ElementsMatch(t, idsOf(got), compactSet(idsOf(reclaimed)))
+}
+
+func (s suite) testReclaimUnknownGroup(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	msgs, err := q.Reclaim(ctx, "never-created", "g", "c", 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+
+	require.NoError(t, q.Publish(ctx, streamName, "x"))
+	msgs, err = q.Reclaim(ctx, streamName, "no-such-group", "c", 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+}
+
+func (s suite) testReclaimSkipsTrimmedEntries(t *testing.T) {
+	if s.f.DropEntryData == nil {
+		t.Skip("the adapter cannot drop an entry's data (Features.DropEntryData)")
+	}
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, bodiesN("trim-", 3)...))
+	got := readAll(t, q, streamName, "g", "dead", 3)
+	s.f.DropEntryData(t, q, streamName, got[1].ID)
+
+	minIdle := s.idleFor(t, q)
+	reclaimed := s.reclaimUntil(t, q, "g", "rescuer", minIdle, 10, []string{got[0].ID, got[2].ID})
+	assert.NotContains(t, idsOf(reclaimed), got[1].ID, "an entry whose data was trimmed was returned")
+
+	// It was acknowledged: it never comes back, however idle.
+	require.NoError(t, q.Ack(ctx, streamName, "g", got[0].ID, got[2].ID))
+	if s.f.AdvanceIdle != nil {
+		s.f.AdvanceIdle(t, q, 2*ClockMinIdle)
+	}
+	after, err := q.Reclaim(ctx, streamName, "g", "third", minIdle, 10)
+	require.NoError(t, err)
+	assert.Empty(t, after)
+}
+
+func (s suite) testConcurrent(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	const publishers, perPublisher, consumers = 4, 250, 3
+	const total = publishers * perPublisher
+
+	// Create the group first so every consumer starts from the same place.
+	_, err := q.Read(ctx, streamName, "g", "c0", 1, 0)
+	require.NoError(t, err)
+
+	var (
+		mu   sync.Mutex
+		seen = make(map[string]int, total)
+		all  = make(chan struct{})
+		once sync.Once
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers+consumers)
+	for p := range publishers {
+		wg.Go(func() {
+			for i := 0; i < perPublisher; i += 25 {
+				batch := make([]string, 0, 25)
+				for j := i; j < min(i+25, perPublisher); j++ {
+					batch = append(batch, fmt.Sprintf("p%d-%d", p, j))
+				}
+				if err := q.Publish(ctx, streamName, batch...); err != nil {
+					errs <- fmt.Errorf("publisher %d: %w", p, err)
+					return
+				}
+			}
+		})
+	}
+	for c := range consumers {
+		wg.Go(func() {
+			name := fmt.Sprintf("c%d", c)
+			for {
+				select {
+				case <-all:
+					return
+				default:
+				}
+				msgs, err := q.Read(ctx, streamName, "g", name, 50, 100*time.Millisecond)
+				if err != nil {
+					errs <- fmt.Errorf("consumer %s read: %w", name, err)
+					return
+				}
+				if len(msgs) == 0 {
+					continue
+				}
+				if err := q.Ack(ctx, streamName, "g", idsOf(msgs)...); err != nil {
+					errs <- fmt.Errorf("consumer %s ack: %w", name, err)
+					return
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					seen[m.Body]++
+				}
+				if len(seen) >= total {
+					once.Do(func() { close(all) })
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	stop := func() { once.Do(func() { close(all) }) }
+	select {
+	case <-all:
+	case err := <-errs:
+		stop()
+		wg.Wait()
+		t.Fatal(err)
+	case <-time.After(2 * waitFor):
+		stop()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("waited %s for %d published entries to be read and acknowledged; got %d", 2*waitFor, total, len(seen))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for p := range publishers {
+		for i := range perPublisher {
+			body := fmt.Sprintf("p%d-%d", p, i)
+			assert.Equal(t, 1, seen[body], "entry %s must be read exactly once by the group", body)
+		}
+	}
+	// Nobody crashed, so nothing is left to reclaim.
+	if s.f.AdvanceIdle != nil {
+		s.f.AdvanceIdle(t, q, 2*ClockMinIdle)
+	}
+	left, err := q.Reclaim(ctx, streamName, "g", "rescuer", 0, 100)
+	require.NoError(t, err)
+	assert.Empty(t, left, "every entry was acknowledged")
+}
+
+func (s suite) testPing(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Ping(ctx))
+}
+
+// compactSet returns the distinct values of in, in first-seen order.
+func compactSet(in []string) []string {
+	seen := make(map[string]bool, len(in))
+	out := make([]string, 0, len(in))
+	for _, v := range in {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
