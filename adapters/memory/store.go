@@ -1,0 +1,458 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+var _ ports.Store = (*Store)(nil)
+
+// Store is ports.Store in memory. One mutex guards everything, which makes
+// every method trivially atomic; scans walk every row, which is fine at the
+// sizes of tests and `dispatch dev`. Values are copied in and out, so a
+// caller never shares a slice or map with the store.
+type Store struct {
+	mu            sync.Mutex
+	subscriptions map[string]domain.Subscription
+	events        map[string]*storedEvent
+	// idempotencyKeys maps a key to the id of the event that owns it.
+	idempotencyKeys map[string]string
+	deliveries      map[string]*storedDelivery
+	// eventDeliveries lists the deliveries of each event.
+	eventDeliveries map[string][]string
+	// attempts lists each delivery's attempts in attempt order.
+	attempts map[string][]domain.Attempt
+}
+
+// storedEvent is an event with the outbox flag PostgreSQL keeps in
+// events.fanned_out_at.
+type storedEvent struct {
+	event     domain.Event
+	fannedOut bool
+}
+
+// storedDelivery is a delivery with its enqueued mark (zero when cleared).
+type storedDelivery struct {
+	delivery   domain.Delivery
+	enqueuedAt time.Time
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{
+		subscriptions:   map[string]domain.Subscription{},
+		events:          map[string]*storedEvent{},
+		idempotencyKeys: map[string]string{},
+		deliveries:      map[string]*storedDelivery{},
+		eventDeliveries: map[string][]string{},
+		attempts:        map[string][]domain.Attempt{},
+	}
+}
+
+// Ping always succeeds: the store is the process itself.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// CreateSubscription implements ports.SubscriptionStore.
+func (s *Store) CreateSubscription(_ context.Context, sub domain.Subscription) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subscriptions[sub.ID]; ok {
+		return fmt.Errorf("create subscription %s: %w: id exists", sub.ID, domain.ErrConflict)
+	}
+	s.subscriptions[sub.ID] = copySubscription(sub)
+	return nil
+}
+
+// GetSubscription implements ports.SubscriptionStore.
+func (s *Store) GetSubscription(_ context.Context, id string) (domain.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subscriptions[id]
+	if !ok {
+		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, domain.ErrNotFound)
+	}
+	return copySubscription(sub), nil
+}
+
+// ListSubscriptions implements ports.SubscriptionStore.
+func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Subscription, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list subscriptions: limit must be at least 1, got %d", p.Limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(s.subscriptions))
+	start, _ := slices.BinarySearch(ids, p.After)
+	if start < len(ids) && ids[start] == p.After {
+		start++
+	}
+	ids = ids[start:min(len(ids), start+p.Limit)]
+	out := make([]domain.Subscription, len(ids))
+	for i, id := range ids {
+		out[i] = copySubscription(s.subscriptions[id])
+	}
+	return out, nil
+}
+
+// ActiveSubscriptions implements ports.SubscriptionStore.
+func (s *Store) ActiveSubscriptions(context.Context) ([]domain.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []domain.Subscription
+	for _, id := range slices.Sorted(maps.Keys(s.subscriptions)) {
+		if sub := s.subscriptions[id]; sub.Active {
+			out = append(out, copySubscription(sub))
+		}
+	}
+	return out, nil
+}
+
+// UpdateSubscription implements ports.SubscriptionStore. update runs under
+// the store's lock, so it must not call back into the store.
+func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	current, ok := s.subscriptions[id]
+	if !ok {
+		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, domain.ErrNotFound)
+	}
+	sub := copySubscription(current)
+	if err := update(&sub); err != nil {
+		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, err)
+	}
+	// As in PostgreSQL, the id and creation time are not updatable.
+	sub.ID, sub.CreatedAt = id, current.CreatedAt
+	s.subscriptions[id] = copySubscription(sub)
+	return copySubscription(s.subscriptions[id]), nil
+}
+
+// DeleteSubscription implements ports.SubscriptionStore.
+func (s *Store) DeleteSubscription(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subscriptions[id]; !ok {
+		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
+	}
+	delete(s.subscriptions, id)
+	for did, d := range s.deliveries {
+		if d.delivery.SubscriptionID != id {
+			continue
+		}
+		delete(s.deliveries, did)
+		delete(s.attempts, did)
+		eventID := d.delivery.EventID
+		s.eventDeliveries[eventID] = slices.DeleteFunc(s.eventDeliveries[eventID], func(x string) bool { return x == did })
+	}
+	return nil
+}
+
+// CreateEvent implements ports.EventStore.
+func (s *Store) CreateEvent(_ context.Context, e domain.Event, keptSince time.Time) (domain.Event, bool, error) {
+	e = copyEvent(e)
+	e.CreatedAt = normalizeTime(e.CreatedAt)
+	e.Status = cmp.Or(e.Status, domain.EventPending)
+	keptSince = normalizeTime(keptSince)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.IdempotencyKey != "" {
+		if ownerID, ok := s.idempotencyKeys[e.IdempotencyKey]; ok {
+			if owner := s.events[ownerID].event; owner.CreatedAt.After(keptSince) {
+				return copyEvent(owner), false, nil
+			}
+		}
+	}
+	if _, ok := s.events[e.ID]; ok {
+		return domain.Event{}, false, fmt.Errorf("create event %s: %w: id exists", e.ID, domain.ErrConflict)
+	}
+	if e.IdempotencyKey != "" {
+		// An expired owner gives the key up, as in PostgreSQL: its event
+		// stays but no longer answers for the key.
+		if ownerID, ok := s.idempotencyKeys[e.IdempotencyKey]; ok {
+			s.events[ownerID].event.IdempotencyKey = ""
+		}
+		s.idempotencyKeys[e.IdempotencyKey] = e.ID
+	}
+	s.events[e.ID] = &storedEvent{event: e}
+	return copyEvent(e), true, nil
+}
+
+// GetEvent implements ports.EventStore.
+func (s *Store) GetEvent(_ context.Context, id string) (domain.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.events[id]
+	if !ok {
+		return domain.Event{}, fmt.Errorf("get event %s: %w", id, domain.ErrNotFound)
+	}
+	return copyEvent(e.event), nil
+}
+
+// GetEvents implements ports.EventStore.
+func (s *Store) GetEvents(_ context.Context, ids []string) ([]domain.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []domain.Event
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if e, ok := s.events[id]; ok && !seen[id] {
+			seen[id] = true
+			out = append(out, copyEvent(e.event))
+		}
+	}
+	return out, nil
+}
+
+// UnfannedEvents implements ports.EventStore.
+func (s *Store) UnfannedEvents(_ context.Context, olderThan time.Time, limit int) ([]string, error) {
+	olderThan = normalizeTime(olderThan)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found []domain.Event
+	for _, e := range s.events {
+		if !e.fannedOut && e.event.CreatedAt.Before(olderThan) {
+			found = append(found, e.event)
+		}
+	}
+	slices.SortFunc(found, func(a, b domain.Event) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	ids := make([]string, 0, min(len(found), max(limit, 0)))
+	for _, e := range found[:min(len(found), max(limit, 0))] {
+		ids = append(ids, e.ID)
+	}
+	return ids, nil
+}
+
+// CreateDeliveries implements ports.DeliveryStore. Like PostgreSQL's
+// foreign keys, it refuses a delivery to a subscription that does not
+// exist, and skips an event that does not exist.
+func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Check everything first: the batch is all or nothing.
+	var todo []ports.FanOut
+	pending := map[string]bool{}
+	for _, f := range fanouts {
+		e, ok := s.events[f.EventID]
+		if !ok || e.fannedOut || pending[f.EventID] {
+			continue
+		}
+		pending[f.EventID] = true
+		pairs := map[string]bool{}
+		for _, d := range f.Deliveries {
+			if _, ok := s.subscriptions[d.SubscriptionID]; !ok {
+				return nil, fmt.Errorf("create deliveries: %w: subscription %s does not exist", domain.ErrConflict, d.SubscriptionID)
+			}
+			if _, ok := s.deliveries[d.ID]; ok {
+				return nil, fmt.Errorf("create deliveries: %w: delivery %s exists", domain.ErrConflict, d.ID)
+			}
+			if pairs[d.SubscriptionID] {
+				return nil, fmt.Errorf("create deliveries: %w: event %s has two deliveries to subscription %s", domain.ErrConflict, f.EventID, d.SubscriptionID)
+			}
+			pairs[d.SubscriptionID] = true
+		}
+		todo = append(todo, f)
+	}
+	var created []string
+	for _, f := range todo {
+		e := s.events[f.EventID]
+		e.fannedOut = true
+		if len(f.Deliveries) == 0 {
+			e.event.Status = domain.EventDelivered
+		}
+		for _, d := range f.Deliveries {
+			d = normalizeDelivery(d)
+			d.Status = cmp.Or(d.Status, domain.DeliveryPending)
+			s.deliveries[d.ID] = &storedDelivery{delivery: d, enqueuedAt: d.CreatedAt}
+			s.eventDeliveries[d.EventID] = append(s.eventDeliveries[d.EventID], d.ID)
+			created = append(created, d.ID)
+		}
+	}
+	return created, nil
+}
+
+// ClaimDelivery implements ports.DeliveryStore.
+func (s *Store) ClaimDelivery(_ context.Context, id string, now, leaseUntil time.Time) (ports.Claimed, error) {
+	now = normalizeTime(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.deliveries[id]
+	if !ok {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
+	}
+	if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
+	}
+	d.delivery.Status = domain.DeliveryDelivering
+	d.delivery.NextAttemptAt = normalizeTime(leaseUntil)
+	d.delivery.UpdatedAt = now
+	return ports.Claimed{
+		Delivery:     d.delivery,
+		Event:        copyEvent(s.events[d.delivery.EventID].event),
+		Subscription: copySubscription(s.subscriptions[d.delivery.SubscriptionID]),
+	}, nil
+}
+
+// RecordAttempt implements ports.DeliveryStore.
+func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Attempt) error {
+	if a.DeliveryID != "" && a.DeliveryID != d.ID {
+		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stored, ok := s.deliveries[d.ID]
+	if !ok {
+		return fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, domain.ErrNotFound)
+	}
+	attempts := s.attempts[d.ID]
+	i, found := slices.BinarySearchFunc(attempts, a.Number, func(x domain.Attempt, n int) int { return cmp.Compare(x.Number, n) })
+	if found {
+		// The attempt number fences a worker whose lease expired, as the
+		// primary key does in PostgreSQL.
+		return fmt.Errorf("record attempt %d of delivery %s: %w: attempt exists", a.Number, d.ID, domain.ErrConflict)
+	}
+	a.DeliveryID = d.ID
+	a.SubscriptionID = stored.delivery.SubscriptionID
+	a.Duration = a.Duration.Truncate(time.Microsecond)
+	a.CreatedAt = normalizeTime(a.CreatedAt)
+	s.attempts[d.ID] = slices.Insert(attempts, i, a)
+
+	next := stored.delivery
+	next.Status = d.Status
+	next.Attempts = d.Attempts
+	next.NextAttemptAt = normalizeTime(d.NextAttemptAt)
+	next.LastStatusCode = d.LastStatusCode
+	next.LastError = d.LastError
+	next.Reason = d.Reason
+	next.UpdatedAt = normalizeTime(d.UpdatedAt)
+	stored.delivery = next
+	stored.enqueuedAt = time.Time{}
+
+	if next.Status.Terminal() {
+		s.rollUp(next.EventID)
+	}
+	return nil
+}
+
+// rollUp settles the event's status once every delivery is terminal.
+func (s *Store) rollUp(eventID string) {
+	status := domain.EventDelivered
+	for _, did := range s.eventDeliveries[eventID] {
+		switch st := s.deliveries[did].delivery.Status; {
+		case !st.Terminal():
+			return
+		case st == domain.DeliveryDead:
+			status = domain.EventFailed
+		}
+	}
+	s.events[eventID].event.Status = status
+}
+
+// GetDelivery implements ports.DeliveryStore.
+func (s *Store) GetDelivery(_ context.Context, id string) (domain.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.deliveries[id]
+	if !ok {
+		return domain.Delivery{}, fmt.Errorf("get delivery %s: %w", id, domain.ErrNotFound)
+	}
+	return d.delivery, nil
+}
+
+// EventDeliveries implements ports.DeliveryStore.
+func (s *Store) EventDeliveries(_ context.Context, eventID string) ([]domain.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(slices.Values(s.eventDeliveries[eventID]))
+	out := make([]domain.Delivery, len(ids))
+	for i, id := range ids {
+		out[i] = s.deliveries[id].delivery
+	}
+	return out, nil
+}
+
+// EventAttempts implements ports.DeliveryStore.
+func (s *Store) EventAttempts(_ context.Context, eventID string) ([]domain.Attempt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []domain.Attempt{}
+	for _, id := range slices.Sorted(slices.Values(s.eventDeliveries[eventID])) {
+		out = append(out, s.attempts[id]...)
+	}
+	return out, nil
+}
+
+// DueDeliveries implements ports.DeliveryStore.
+func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+	now = normalizeTime(now)
+	enqueuedBefore := normalizeTime(now.Add(-requeueAfter))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due []*storedDelivery
+	for _, d := range s.deliveries {
+		if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) {
+			continue
+		}
+		if !d.enqueuedAt.IsZero() && d.enqueuedAt.After(enqueuedBefore) {
+			continue
+		}
+		due = append(due, d)
+	}
+	slices.SortFunc(due, func(a, b *storedDelivery) int {
+		return cmp.Or(a.delivery.NextAttemptAt.Compare(b.delivery.NextAttemptAt), cmp.Compare(a.delivery.ID, b.delivery.ID))
+	})
+	due = due[:min(len(due), max(limit, 0))]
+	ids := make([]string, len(due))
+	for i, d := range due {
+		d.enqueuedAt = now
+		ids[i] = d.delivery.ID
+	}
+	return ids, nil
+}
+
+// normalizeTime keeps what PostgreSQL keeps: microseconds, no zone. Times
+// given as arguments are normalized too, so comparisons happen at the
+// precision PostgreSQL compares at.
+func normalizeTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func copySubscription(sub domain.Subscription) domain.Subscription {
+	sub.EventTypes = slices.Clone(sub.EventTypes)
+	sub.Headers = maps.Clone(sub.Headers)
+	if sub.Headers == nil {
+		sub.Headers = map[string]string{}
+	}
+	sub.RetryPolicy.Schedule = slices.Clone(sub.RetryPolicy.Schedule)
+	sub.PreviousSecretExpiresAt = normalizeTime(sub.PreviousSecretExpiresAt)
+	sub.Timeout = sub.Timeout.Truncate(time.Microsecond)
+	sub.CreatedAt = normalizeTime(sub.CreatedAt)
+	sub.UpdatedAt = normalizeTime(sub.UpdatedAt)
+	return sub
+}
+
+func copyEvent(e domain.Event) domain.Event {
+	e.Data = slices.Clone(e.Data)
+	if e.Data == nil {
+		e.Data = []byte{}
+	}
+	return e
+}
+
+func normalizeDelivery(d domain.Delivery) domain.Delivery {
+	d.NextAttemptAt = normalizeTime(d.NextAttemptAt)
+	d.CreatedAt = normalizeTime(d.CreatedAt)
+	d.UpdatedAt = normalizeTime(d.UpdatedAt)
+	return d
+}

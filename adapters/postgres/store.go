@@ -1,0 +1,476 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+var _ ports.Store = (*Store)(nil)
+
+// Store is ports.Store on PostgreSQL. It is safe for concurrent use; every
+// method is one statement or one short transaction, so any number of
+// replicas can share the database.
+type Store struct {
+	pool    *pgxpool.Pool
+	queries *sqlcgen.Queries
+}
+
+// New returns a Store on pool. The schema must be migrated (Migrate).
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, queries: sqlcgen.New(pool)}
+}
+
+// Ping reports whether PostgreSQL answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(q *sqlcgen.Queries) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return fn(s.queries.WithTx(tx))
+	})
+}
+
+// CreateSubscription implements ports.SubscriptionStore.
+func (s *Store) CreateSubscription(ctx context.Context, sub domain.Subscription) error {
+	row, err := subscriptionRow(sub)
+	if err != nil {
+		return fmt.Errorf("create subscription %s: %w", sub.ID, err)
+	}
+	err = s.queries.CreateSubscription(ctx, sqlcgen.CreateSubscriptionParams{
+		ID:                      row.ID,
+		Url:                     row.Url,
+		EventTypes:              row.EventTypes,
+		Description:             row.Description,
+		Secret:                  row.Secret,
+		PreviousSecret:          row.PreviousSecret,
+		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
+		Active:                  row.Active,
+		DisabledReason:          row.DisabledReason,
+		RateLimit:               row.RateLimit,
+		MaxInFlight:             row.MaxInFlight,
+		Timeout:                 row.Timeout,
+		RetryPolicy:             row.RetryPolicy,
+		OrderingKey:             row.OrderingKey,
+		Headers:                 row.Headers,
+		CreatedAt:               row.CreatedAt,
+		UpdatedAt:               row.UpdatedAt,
+	})
+	if err != nil {
+		return fmt.Errorf("create subscription %s: %w", sub.ID, interpretError(err))
+	}
+	return nil
+}
+
+// GetSubscription implements ports.SubscriptionStore.
+func (s *Store) GetSubscription(ctx context.Context, id string) (domain.Subscription, error) {
+	row, err := s.queries.GetSubscription(ctx, id)
+	if err != nil {
+		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, interpretError(err))
+	}
+	return toSubscription(row)
+}
+
+// ListSubscriptions implements ports.SubscriptionStore.
+func (s *Store) ListSubscriptions(ctx context.Context, p ports.Page) ([]domain.Subscription, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list subscriptions: limit must be at least 1, got %d", p.Limit)
+	}
+	rows, err := s.queries.ListSubscriptions(ctx, sqlcgen.ListSubscriptionsParams{After: p.After, MaxRows: int32(p.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", interpretError(err))
+	}
+	return toSubscriptions(rows)
+}
+
+// ActiveSubscriptions implements ports.SubscriptionStore.
+func (s *Store) ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error) {
+	rows, err := s.queries.ActiveSubscriptions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list active subscriptions: %w", interpretError(err))
+	}
+	return toSubscriptions(rows)
+}
+
+// UpdateSubscription implements ports.SubscriptionStore. The row stays
+// locked (SELECT … FOR UPDATE) from load to store, so concurrent updates of
+// one subscription apply one after the other and none is lost; an error from
+// update rolls the transaction back.
+func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error) {
+	var updated domain.Subscription
+	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		current, err := q.GetSubscriptionForUpdate(ctx, id)
+		if err != nil {
+			return interpretError(err)
+		}
+		sub, err := toSubscription(current)
+		if err != nil {
+			return err
+		}
+		if err := update(&sub); err != nil {
+			return err
+		}
+		// The id is the row's identity, not something an update may change.
+		sub.ID = id
+		row, err := subscriptionRow(sub)
+		if err != nil {
+			return err
+		}
+		err = q.UpdateSubscription(ctx, sqlcgen.UpdateSubscriptionParams{
+			ID:                      row.ID,
+			Url:                     row.Url,
+			EventTypes:              row.EventTypes,
+			Description:             row.Description,
+			Secret:                  row.Secret,
+			PreviousSecret:          row.PreviousSecret,
+			PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
+			Active:                  row.Active,
+			DisabledReason:          row.DisabledReason,
+			RateLimit:               row.RateLimit,
+			MaxInFlight:             row.MaxInFlight,
+			Timeout:                 row.Timeout,
+			RetryPolicy:             row.RetryPolicy,
+			OrderingKey:             row.OrderingKey,
+			Headers:                 row.Headers,
+			UpdatedAt:               row.UpdatedAt,
+		})
+		if err != nil {
+			return interpretError(err)
+		}
+		// Return what a later read returns: created_at is not updatable.
+		row.CreatedAt = current.CreatedAt
+		updated, err = toSubscription(row)
+		return err
+	})
+	if err != nil {
+		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, err)
+	}
+	return updated, nil
+}
+
+// DeleteSubscription implements ports.SubscriptionStore; the schema's
+// cascades remove the deliveries and their attempts in the same statement.
+func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
+	n, err := s.queries.DeleteSubscription(ctx, id)
+	if err != nil {
+		return fmt.Errorf("delete subscription %s: %w", id, interpretError(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
+	}
+	return nil
+}
+
+// maxIdempotencyRounds bounds CreateEvent's insert-or-find loop. Each round
+// that does not finish means another caller changed the key's owner in
+// between, which takes a pathological race to repeat.
+const maxIdempotencyRounds = 10
+
+// CreateEvent implements ports.EventStore. Without a key it is one INSERT.
+// With one, the unique index on idempotency_key decides the race: INSERT …
+// ON CONFLICT DO NOTHING stores the event or finds the key taken; then the
+// owner is returned while it is within keptSince, and an expired owner
+// releases the key (its event stays) and the insert is tried again.
+func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.Time) (domain.Event, bool, error) {
+	e = normalizeEvent(e)
+	params := sqlcgen.InsertEventParams{
+		ID:             e.ID,
+		Type:           e.Type,
+		Source:         e.Source,
+		Data:           e.Data,
+		OrderingKey:    e.OrderingKey,
+		IdempotencyKey: optionalText(e.IdempotencyKey),
+		Status:         string(e.Status),
+		CreatedAt:      e.CreatedAt,
+	}
+	for range maxIdempotencyRounds {
+		n, err := s.queries.InsertEvent(ctx, params)
+		if err != nil {
+			return domain.Event{}, false, fmt.Errorf("create event %s: %w", e.ID, interpretError(err))
+		}
+		if n == 1 {
+			return e, true, nil
+		}
+		owner, err := s.queries.EventByIdempotencyKey(ctx, e.IdempotencyKey)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // released by another caller since our insert
+		}
+		if err != nil {
+			return domain.Event{}, false, fmt.Errorf("create event %s: find idempotency key owner: %w", e.ID, interpretError(err))
+		}
+		if owner.CreatedAt.After(keptSince) {
+			return toEvent(owner), false, nil
+		}
+		err = s.queries.ReleaseIdempotencyKey(ctx, sqlcgen.ReleaseIdempotencyKeyParams{
+			ID:             owner.ID,
+			IdempotencyKey: e.IdempotencyKey,
+			KeptSince:      keptSince,
+		})
+		if err != nil {
+			return domain.Event{}, false, fmt.Errorf("create event %s: release expired idempotency key: %w", e.ID, interpretError(err))
+		}
+	}
+	return domain.Event{}, false, fmt.Errorf("create event %s: idempotency key kept changing owner in %d rounds", e.ID, maxIdempotencyRounds)
+}
+
+// GetEvent implements ports.EventStore.
+func (s *Store) GetEvent(ctx context.Context, id string) (domain.Event, error) {
+	row, err := s.queries.GetEvent(ctx, id)
+	if err != nil {
+		return domain.Event{}, fmt.Errorf("get event %s: %w", id, interpretError(err))
+	}
+	return toEvent(row), nil
+}
+
+// GetEvents implements ports.EventStore.
+func (s *Store) GetEvents(ctx context.Context, ids []string) ([]domain.Event, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.queries.GetEvents(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get %d events: %w", len(ids), interpretError(err))
+	}
+	events := make([]domain.Event, len(rows))
+	for i, row := range rows {
+		events[i] = toEvent(row)
+	}
+	return events, nil
+}
+
+// UnfannedEvents implements ports.EventStore.
+func (s *Store) UnfannedEvents(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	ids, err := s.queries.UnfannedEvents(ctx, sqlcgen.UnfannedEventsParams{OlderThan: olderThan, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("scan unfanned events: %w", interpretError(err))
+	}
+	return ids, nil
+}
+
+// CreateDeliveries implements ports.DeliveryStore in one transaction of two
+// statements whatever the batch size: one UPDATE claims the fan-out of every
+// event not yet fanned out (and completes those with nothing to deliver),
+// one multi-row INSERT stores the deliveries of the claimed events.
+func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([]string, error) {
+	if len(fanouts) == 0 {
+		return nil, nil
+	}
+	eventIDs := make([]string, 0, len(fanouts))
+	var nothingToDeliver []string
+	for _, f := range fanouts {
+		eventIDs = append(eventIDs, f.EventID)
+		if len(f.Deliveries) == 0 {
+			nothingToDeliver = append(nothingToDeliver, f.EventID)
+		}
+	}
+	var created []string
+	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		claimed, err := q.MarkEventsFannedOut(ctx, sqlcgen.MarkEventsFannedOutParams{
+			Ids:          eventIDs,
+			NoDeliveries: nonNil(nothingToDeliver),
+		})
+		if err != nil {
+			return interpretError(err)
+		}
+		fanNow := make(map[string]bool, len(claimed))
+		for _, id := range claimed {
+			fanNow[id] = true
+		}
+		var batch deliveryBatch
+		for _, f := range fanouts {
+			if !fanNow[f.EventID] {
+				continue
+			}
+			// A batch listing one event twice fans it out once.
+			delete(fanNow, f.EventID)
+			for _, d := range f.Deliveries {
+				batch.add(d)
+			}
+		}
+		if len(batch.params.Ids) == 0 {
+			return nil
+		}
+		if err := q.InsertDeliveries(ctx, batch.params); err != nil {
+			return interpretError(err)
+		}
+		created = batch.params.Ids
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), err)
+	}
+	return created, nil
+}
+
+// ClaimDelivery implements ports.DeliveryStore: one statement leases the
+// delivery and reads its event and subscription. Only when nothing was
+// claimed does a second query tell "does not exist" from "not claimable".
+func (s *Store) ClaimDelivery(ctx context.Context, id string, now, leaseUntil time.Time) (ports.Claimed, error) {
+	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseUntil: leaseUntil})
+	if errors.Is(err, pgx.ErrNoRows) {
+		exists, err := s.queries.DeliveryExists(ctx, id)
+		switch {
+		case err != nil:
+			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
+		case !exists:
+			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
+		default:
+			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
+		}
+	}
+	if err != nil {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
+	}
+	sub, err := toSubscription(row.Subscription)
+	if err != nil {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, err)
+	}
+	return ports.Claimed{
+		Delivery: toDelivery(sqlcgen.Delivery{
+			ID:             row.ID,
+			EventID:        row.EventID,
+			SubscriptionID: row.SubscriptionID,
+			Status:         row.Status,
+			Attempts:       row.Attempts,
+			NextAttemptAt:  row.NextAttemptAt,
+			LastStatusCode: row.LastStatusCode,
+			LastError:      row.LastError,
+			Reason:         row.Reason,
+			OrderingKey:    row.OrderingKey,
+			CreatedAt:      row.CreatedAt,
+			UpdatedAt:      row.UpdatedAt,
+		}),
+		Event:        toEvent(row.Event),
+		Subscription: sub,
+	}, nil
+}
+
+// RecordAttempt implements ports.DeliveryStore. The delivery update and the
+// attempt insert are one statement; a non-terminal outcome (the common
+// retry) needs nothing more. A terminal one also rolls the event's status
+// up, under a lock on the event row, so that of two deliveries finishing at
+// once the second sees the first and the event does not stay pending.
+func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error {
+	if a.DeliveryID != "" && a.DeliveryID != d.ID {
+		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
+	}
+	params := sqlcgen.RecordAttemptParams{
+		ID:               d.ID,
+		Status:           string(d.Status),
+		Attempts:         int32(d.Attempts),
+		NextAttemptAt:    d.NextAttemptAt,
+		LastStatusCode:   optionalInt(d.LastStatusCode),
+		LastError:        validText(d.LastError),
+		Reason:           d.Reason,
+		UpdatedAt:        d.UpdatedAt,
+		Attempt:          int32(a.Number),
+		StatusCode:       optionalInt(a.StatusCode),
+		ResponseBody:     []byte(a.ResponseBody),
+		Error:            validText(a.Error),
+		Duration:         interval(a.Duration),
+		AttemptCreatedAt: a.CreatedAt,
+	}
+	var err error
+	if !d.Status.Terminal() {
+		_, err = s.queries.RecordAttempt(ctx, params)
+	} else {
+		err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
+			eventID, err := q.RecordAttempt(ctx, params)
+			if err != nil {
+				return err
+			}
+			if err := q.LockEvent(ctx, eventID); err != nil {
+				return err
+			}
+			return q.RollUpEventStatus(ctx, eventID)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
+	}
+	return nil
+}
+
+// GetDelivery implements ports.DeliveryStore.
+func (s *Store) GetDelivery(ctx context.Context, id string) (domain.Delivery, error) {
+	row, err := s.queries.GetDelivery(ctx, id)
+	if err != nil {
+		return domain.Delivery{}, fmt.Errorf("get delivery %s: %w", id, interpretError(err))
+	}
+	return toDelivery(row), nil
+}
+
+// EventDeliveries implements ports.DeliveryStore.
+func (s *Store) EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error) {
+	rows, err := s.queries.EventDeliveries(ctx, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries of event %s: %w", eventID, interpretError(err))
+	}
+	out := make([]domain.Delivery, len(rows))
+	for i, row := range rows {
+		out[i] = toDelivery(row)
+	}
+	return out, nil
+}
+
+// EventAttempts implements ports.DeliveryStore.
+func (s *Store) EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error) {
+	rows, err := s.queries.EventAttempts(ctx, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of event %s: %w", eventID, interpretError(err))
+	}
+	out := make([]domain.Attempt, len(rows))
+	for i, row := range rows {
+		out[i] = toAttempt(row)
+	}
+	return out, nil
+}
+
+// DueDeliveries implements ports.DeliveryStore with one statement (see the
+// DueDeliveries query for why concurrent scans never overlap).
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	ids, err := s.queries.DueDeliveries(ctx, sqlcgen.DueDeliveriesParams{
+		Now:            now,
+		EnqueuedBefore: now.Add(-requeueAfter),
+		MaxRows:        int32(limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan due deliveries: %w", interpretError(err))
+	}
+	return ids, nil
+}
+
+// deliveryBatch collects deliveries column by column for InsertDeliveries.
+type deliveryBatch struct {
+	params sqlcgen.InsertDeliveriesParams
+}
+
+func (b *deliveryBatch) add(d domain.Delivery) {
+	p := &b.params
+	p.Ids = append(p.Ids, d.ID)
+	p.EventIds = append(p.EventIds, d.EventID)
+	p.SubscriptionIds = append(p.SubscriptionIds, d.SubscriptionID)
+	p.Statuses = append(p.Statuses, string(cmp.Or(d.Status, domain.DeliveryPending)))
+	p.Attempts = append(p.Attempts, int32(d.Attempts))
+	p.NextAttemptAts = append(p.NextAttemptAts, d.NextAttemptAt)
+	p.OrderingKeys = append(p.OrderingKeys, d.OrderingKey)
+	p.CreatedAts = append(p.CreatedAts, d.CreatedAt)
+	p.UpdatedAts = append(p.UpdatedAts, d.UpdatedAt)
+}
