@@ -132,7 +132,7 @@ func TestRetryPolicyValidate(t *testing.T) {
 			"retry_policy.multiplier", "must be between 1 and 10, got 10.5"},
 		{"multiplier NaN", exp(func(p *domain.RetryPolicy) { p.Multiplier = math.NaN() }),
 			"retry_policy.multiplier", "must be between 1 and 10, got NaN"},
-		{"max_interval below initial", exp(func(p *domain.RetryPolicy) { p.InitialInterval, p.MaxInterval = time.Minute, 30 * time.Second }),
+		{"max_interval below initial", exp(func(p *domain.RetryPolicy) { p.InitialInterval, p.MaxInterval = time.Minute, 30*time.Second }),
 			"retry_policy.max_interval", "must be between initial_interval (1m) and 168h, got 30s"},
 		{"max_interval above a week", exp(func(p *domain.RetryPolicy) { p.MaxInterval = week + time.Second }),
 			"retry_policy.max_interval", "must be between initial_interval (1s) and 168h, got 168h0m1s"},
