@@ -1,23 +1,52 @@
--- name: InsertDeliveries :exec
--- One multi-row insert for a whole fan-out batch: one round trip whatever
--- the number of deliveries (set-returning functions in the select list are
--- zipped row by row). New deliveries count as enqueued at creation, because
--- the caller appends them to the queue right after committing.
-INSERT INTO deliveries (
-    id, event_id, subscription_id, status, attempts, next_attempt_at,
-    ordering_key, created_at, updated_at, enqueued_at
+-- name: FanOut :many
+-- Records the fan-out of a batch of events in one statement, so one round
+-- trip and one commit whatever the batch size:
+--
+-- 1. claimed: marks the listed events that are not fanned out yet, and
+--    completes those in @no_deliveries (nothing to do). Rows are locked in
+--    id order, so concurrent fan-outs of overlapping batches cannot
+--    deadlock; the later one re-checks fanned_out_at on the committed row
+--    and skips the event, which makes fan-out idempotent.
+-- 2. inserted: stores the deliveries of the claimed events only, as one
+--    multi-row insert (set-returning functions in the select list are
+--    zipped row by row). New deliveries count as enqueued at creation: the
+--    caller appends them to the queue right after the commit.
+WITH claimed AS (
+    UPDATE events SET
+        fanned_out_at = now(),
+        status = CASE WHEN events.id = ANY(@no_deliveries::text[]) THEN 'delivered' ELSE events.status END
+    WHERE events.id IN (
+        SELECT e.id FROM events e
+        WHERE e.id = ANY(@event_ids::text[]) AND e.fanned_out_at IS NULL
+        ORDER BY e.id
+        FOR UPDATE
+    )
+    AND events.fanned_out_at IS NULL
+    RETURNING events.id
+), inserted AS (
+    INSERT INTO deliveries (
+        id, event_id, subscription_id, status, attempts, next_attempt_at,
+        ordering_key, created_at, updated_at, enqueued_at
+    )
+    SELECT
+        u.id, u.event_id, u.subscription_id, u.status, u.attempts, u.next_attempt_at,
+        u.ordering_key, u.created_at, u.updated_at, u.created_at
+    FROM (
+        SELECT
+            unnest(@ids::text[]) AS id,
+            unnest(@delivery_event_ids::text[]) AS event_id,
+            unnest(@subscription_ids::text[]) AS subscription_id,
+            unnest(@statuses::text[]) AS status,
+            unnest(@attempts::integer[]) AS attempts,
+            unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at,
+            unnest(@ordering_keys::text[]) AS ordering_key,
+            unnest(@created_ats::timestamptz[]) AS created_at,
+            unnest(@updated_ats::timestamptz[]) AS updated_at
+    ) AS u
+    WHERE u.event_id IN (SELECT claimed.id FROM claimed)
+    RETURNING deliveries.id
 )
-SELECT
-    unnest(@ids::text[]),
-    unnest(@event_ids::text[]),
-    unnest(@subscription_ids::text[]),
-    unnest(@statuses::text[]),
-    unnest(@attempts::integer[]),
-    unnest(@next_attempt_ats::timestamptz[]),
-    unnest(@ordering_keys::text[]),
-    unnest(@created_ats::timestamptz[]),
-    unnest(@updated_ats::timestamptz[]),
-    unnest(@created_ats::timestamptz[]);
+SELECT inserted.id FROM inserted;
 
 -- name: ClaimDelivery :one
 -- The worker's hot path: takes a due delivery (pending or retrying and due,
@@ -49,7 +78,11 @@ SELECT EXISTS (SELECT 1 FROM deliveries WHERE id = @id);
 -- name: RecordAttempt :one
 -- Stores the delivery's new state and its attempt in one statement. The
 -- enqueued mark is cleared so the scheduler's scan picks a retrying delivery
--- up as soon as it is due. Returns no row when the delivery does not exist.
+-- up as soon as it is due. With @lock_event (the delivery became terminal)
+-- it also locks the event row until the transaction ends, which serialises
+-- the status roll-up (RollUpEventStatus) of the event's deliveries: whoever
+-- takes the lock second sees the first one's terminal delivery. Returns no
+-- row when the delivery does not exist.
 WITH updated AS (
     UPDATE deliveries SET
         status = @status,
@@ -72,17 +105,21 @@ WITH updated AS (
         @response_body, @error, @duration, @attempt_created_at
     FROM updated
     RETURNING attempts.delivery_id
+), locked AS (
+    SELECT events.id FROM events
+    WHERE @lock_event::boolean AND events.id = (SELECT updated.event_id FROM updated)
+    FOR UPDATE
 )
-SELECT updated.event_id FROM updated JOIN inserted ON inserted.delivery_id = updated.id;
-
--- name: LockEvent :exec
--- Serialises the status roll-up of one event: whoever takes the lock second
--- sees the first one's terminal delivery in its next statement.
-SELECT id FROM events WHERE id = @id FOR UPDATE;
+SELECT updated.event_id
+FROM updated
+JOIN inserted ON inserted.delivery_id = updated.id
+LEFT JOIN locked ON locked.id = updated.event_id;
 
 -- name: RollUpEventStatus :exec
 -- Once every delivery of the event is terminal, the event is failed if any
--- is dead and delivered otherwise.
+-- is dead and delivered otherwise. Run after RecordAttempt locked the event,
+-- in the same transaction, so this statement's snapshot includes every
+-- delivery that finished before.
 UPDATE events SET status = CASE
         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = @id AND d.status = 'dead')
         THEN 'failed' ELSE 'delivered' END

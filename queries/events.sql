@@ -29,21 +29,3 @@ SELECT id FROM events
 WHERE fanned_out_at IS NULL AND created_at < @older_than
 ORDER BY created_at, id
 LIMIT @max_rows;
-
--- name: MarkEventsFannedOut :many
--- Claims the fan-out of the given events that are not fanned out yet and
--- returns their ids; an event listed in @no_deliveries is delivered at once
--- (nothing to do). Rows are locked in id order, so concurrent fan-outs of
--- overlapping batches cannot deadlock, and the second one finds the events
--- already fanned out and skips them.
-UPDATE events SET
-    fanned_out_at = now(),
-    status = CASE WHEN events.id = ANY(@no_deliveries::text[]) THEN 'delivered' ELSE events.status END
-WHERE events.id IN (
-    SELECT e.id FROM events e
-    WHERE e.id = ANY(@ids::text[]) AND e.fanned_out_at IS NULL
-    ORDER BY e.id
-    FOR UPDATE
-)
-AND events.fanned_out_at IS NULL
-RETURNING events.id;

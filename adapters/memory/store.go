@@ -270,6 +270,7 @@ func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]s
 		}
 		for _, d := range f.Deliveries {
 			d = normalizeDelivery(d)
+			d.EventID = f.EventID
 			d.Status = cmp.Or(d.Status, domain.DeliveryPending)
 			s.deliveries[d.ID] = &storedDelivery{delivery: d, enqueuedAt: d.CreatedAt}
 			s.eventDeliveries[d.EventID] = append(s.eventDeliveries[d.EventID], d.ID)

@@ -261,57 +261,52 @@ func (s *Store) UnfannedEvents(ctx context.Context, olderThan time.Time, limit i
 	return ids, nil
 }
 
-// CreateDeliveries implements ports.DeliveryStore in one transaction of two
-// statements whatever the batch size: one UPDATE claims the fan-out of every
-// event not yet fanned out (and completes those with nothing to deliver),
-// one multi-row INSERT stores the deliveries of the claimed events.
+// CreateDeliveries implements ports.DeliveryStore with one statement (the
+// FanOut query) whatever the batch size: it marks the events not yet fanned
+// out, completes those with nothing to deliver, and inserts the deliveries
+// of the events it marked, atomically.
 func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([]string, error) {
 	if len(fanouts) == 0 {
 		return nil, nil
 	}
-	eventIDs := make([]string, 0, len(fanouts))
-	var nothingToDeliver []string
+	var params sqlcgen.FanOutParams
+	listed := make(map[string]bool, len(fanouts))
 	for _, f := range fanouts {
-		eventIDs = append(eventIDs, f.EventID)
+		if listed[f.EventID] {
+			continue // a batch listing one event twice fans it out once
+		}
+		listed[f.EventID] = true
+		params.EventIds = append(params.EventIds, f.EventID)
 		if len(f.Deliveries) == 0 {
-			nothingToDeliver = append(nothingToDeliver, f.EventID)
+			params.NoDeliveries = append(params.NoDeliveries, f.EventID)
+		}
+		for _, d := range f.Deliveries {
+			params.Ids = append(params.Ids, d.ID)
+			// The fan-out's event, not d.EventID: deliveries are inserted
+			// only for events this call marks fanned out.
+			params.DeliveryEventIds = append(params.DeliveryEventIds, f.EventID)
+			params.SubscriptionIds = append(params.SubscriptionIds, d.SubscriptionID)
+			params.Statuses = append(params.Statuses, string(cmp.Or(d.Status, domain.DeliveryPending)))
+			params.Attempts = append(params.Attempts, int32(d.Attempts))
+			params.NextAttemptAts = append(params.NextAttemptAts, d.NextAttemptAt)
+			params.OrderingKeys = append(params.OrderingKeys, d.OrderingKey)
+			params.CreatedAts = append(params.CreatedAts, d.CreatedAt)
+			params.UpdatedAts = append(params.UpdatedAts, d.UpdatedAt)
 		}
 	}
-	var created []string
-	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
-		claimed, err := q.MarkEventsFannedOut(ctx, sqlcgen.MarkEventsFannedOutParams{
-			Ids:          eventIDs,
-			NoDeliveries: nonNil(nothingToDeliver),
-		})
-		if err != nil {
-			return interpretError(err)
-		}
-		fanNow := make(map[string]bool, len(claimed))
-		for _, id := range claimed {
-			fanNow[id] = true
-		}
-		var batch deliveryBatch
-		for _, f := range fanouts {
-			if !fanNow[f.EventID] {
-				continue
-			}
-			// A batch listing one event twice fans it out once.
-			delete(fanNow, f.EventID)
-			for _, d := range f.Deliveries {
-				batch.add(d)
-			}
-		}
-		if len(batch.params.Ids) == 0 {
-			return nil
-		}
-		if err := q.InsertDeliveries(ctx, batch.params); err != nil {
-			return interpretError(err)
-		}
-		created = batch.params.Ids
-		return nil
-	})
+	params.NoDeliveries = nonNil(params.NoDeliveries)
+	params.Ids = nonNil(params.Ids)
+	params.DeliveryEventIds = nonNil(params.DeliveryEventIds)
+	params.SubscriptionIds = nonNil(params.SubscriptionIds)
+	params.Statuses = nonNil(params.Statuses)
+	params.Attempts = nonNil(params.Attempts)
+	params.NextAttemptAts = nonNil(params.NextAttemptAts)
+	params.OrderingKeys = nonNil(params.OrderingKeys)
+	params.CreatedAts = nonNil(params.CreatedAts)
+	params.UpdatedAts = nonNil(params.UpdatedAts)
+	created, err := s.queries.FanOut(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), err)
+		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), interpretError(err))
 	}
 	return created, nil
 }
@@ -360,10 +355,12 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now, leaseUntil ti
 }
 
 // RecordAttempt implements ports.DeliveryStore. The delivery update and the
-// attempt insert are one statement; a non-terminal outcome (the common
-// retry) needs nothing more. A terminal one also rolls the event's status
-// up, under a lock on the event row, so that of two deliveries finishing at
-// once the second sees the first and the event does not stay pending.
+// attempt insert are one statement, which is all a retry needs. A terminal
+// outcome also rolls the event's status up: the first statement then locks
+// the event row too, and a second statement in the same transaction, with a
+// snapshot taken after the lock, settles the event. Of two deliveries that
+// finish at once, the second therefore sees the first, and the event does
+// not stay pending.
 func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
@@ -388,12 +385,10 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 	if !d.Status.Terminal() {
 		_, err = s.queries.RecordAttempt(ctx, params)
 	} else {
+		params.LockEvent = true
 		err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
 			eventID, err := q.RecordAttempt(ctx, params)
 			if err != nil {
-				return err
-			}
-			if err := q.LockEvent(ctx, eventID); err != nil {
 				return err
 			}
 			return q.RollUpEventStatus(ctx, eventID)
@@ -455,22 +450,4 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter t
 		return nil, fmt.Errorf("scan due deliveries: %w", interpretError(err))
 	}
 	return ids, nil
-}
-
-// deliveryBatch collects deliveries column by column for InsertDeliveries.
-type deliveryBatch struct {
-	params sqlcgen.InsertDeliveriesParams
-}
-
-func (b *deliveryBatch) add(d domain.Delivery) {
-	p := &b.params
-	p.Ids = append(p.Ids, d.ID)
-	p.EventIds = append(p.EventIds, d.EventID)
-	p.SubscriptionIds = append(p.SubscriptionIds, d.SubscriptionID)
-	p.Statuses = append(p.Statuses, string(cmp.Or(d.Status, domain.DeliveryPending)))
-	p.Attempts = append(p.Attempts, int32(d.Attempts))
-	p.NextAttemptAts = append(p.NextAttemptAts, d.NextAttemptAt)
-	p.OrderingKeys = append(p.OrderingKeys, d.OrderingKey)
-	p.CreatedAts = append(p.CreatedAts, d.CreatedAt)
-	p.UpdatedAts = append(p.UpdatedAts, d.UpdatedAt)
 }

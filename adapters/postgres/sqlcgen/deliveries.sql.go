@@ -238,6 +238,103 @@ func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delive
 	return items, nil
 }
 
+const fanOut = `-- name: FanOut :many
+WITH claimed AS (
+    UPDATE events SET
+        fanned_out_at = now(),
+        status = CASE WHEN events.id = ANY($1::text[]) THEN 'delivered' ELSE events.status END
+    WHERE events.id IN (
+        SELECT e.id FROM events e
+        WHERE e.id = ANY($2::text[]) AND e.fanned_out_at IS NULL
+        ORDER BY e.id
+        FOR UPDATE
+    )
+    AND events.fanned_out_at IS NULL
+    RETURNING events.id
+), inserted AS (
+    INSERT INTO deliveries (
+        id, event_id, subscription_id, status, attempts, next_attempt_at,
+        ordering_key, created_at, updated_at, enqueued_at
+    )
+    SELECT
+        u.id, u.event_id, u.subscription_id, u.status, u.attempts, u.next_attempt_at,
+        u.ordering_key, u.created_at, u.updated_at, u.created_at
+    FROM (
+        SELECT
+            unnest($3::text[]) AS id,
+            unnest($4::text[]) AS event_id,
+            unnest($5::text[]) AS subscription_id,
+            unnest($6::text[]) AS status,
+            unnest($7::integer[]) AS attempts,
+            unnest($8::timestamptz[]) AS next_attempt_at,
+            unnest($9::text[]) AS ordering_key,
+            unnest($10::timestamptz[]) AS created_at,
+            unnest($11::timestamptz[]) AS updated_at
+    ) AS u
+    WHERE u.event_id IN (SELECT claimed.id FROM claimed)
+    RETURNING deliveries.id
+)
+SELECT inserted.id FROM inserted
+`
+
+type FanOutParams struct {
+	NoDeliveries     []string
+	EventIds         []string
+	Ids              []string
+	DeliveryEventIds []string
+	SubscriptionIds  []string
+	Statuses         []string
+	Attempts         []int32
+	NextAttemptAts   []time.Time
+	OrderingKeys     []string
+	CreatedAts       []time.Time
+	UpdatedAts       []time.Time
+}
+
+// Records the fan-out of a batch of events in one statement, so one round
+// trip and one commit whatever the batch size:
+//
+//  1. claimed: marks the listed events that are not fanned out yet, and
+//     completes those in @no_deliveries (nothing to do). Rows are locked in
+//     id order, so concurrent fan-outs of overlapping batches cannot
+//     deadlock; the later one re-checks fanned_out_at on the committed row
+//     and skips the event, which makes fan-out idempotent.
+//  2. inserted: stores the deliveries of the claimed events only, as one
+//     multi-row insert (set-returning functions in the select list are
+//     zipped row by row). New deliveries count as enqueued at creation: the
+//     caller appends them to the queue right after the commit.
+func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, fanOut,
+		arg.NoDeliveries,
+		arg.EventIds,
+		arg.Ids,
+		arg.DeliveryEventIds,
+		arg.SubscriptionIds,
+		arg.Statuses,
+		arg.Attempts,
+		arg.NextAttemptAts,
+		arg.OrderingKeys,
+		arg.CreatedAts,
+		arg.UpdatedAts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getDelivery = `-- name: GetDelivery :one
 SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries WHERE id = $1
 `
@@ -263,66 +360,6 @@ func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) 
 	return i, err
 }
 
-const insertDeliveries = `-- name: InsertDeliveries :exec
-INSERT INTO deliveries (
-    id, event_id, subscription_id, status, attempts, next_attempt_at,
-    ordering_key, created_at, updated_at, enqueued_at
-)
-SELECT
-    unnest($1::text[]),
-    unnest($2::text[]),
-    unnest($3::text[]),
-    unnest($4::text[]),
-    unnest($5::integer[]),
-    unnest($6::timestamptz[]),
-    unnest($7::text[]),
-    unnest($8::timestamptz[]),
-    unnest($9::timestamptz[]),
-    unnest($8::timestamptz[])
-`
-
-type InsertDeliveriesParams struct {
-	Ids             []string
-	EventIds        []string
-	SubscriptionIds []string
-	Statuses        []string
-	Attempts        []int32
-	NextAttemptAts  []time.Time
-	OrderingKeys    []string
-	CreatedAts      []time.Time
-	UpdatedAts      []time.Time
-}
-
-// One multi-row insert for a whole fan-out batch: one round trip whatever
-// the number of deliveries (set-returning functions in the select list are
-// zipped row by row). New deliveries count as enqueued at creation, because
-// the caller appends them to the queue right after committing.
-func (q *Queries) InsertDeliveries(ctx context.Context, arg InsertDeliveriesParams) error {
-	_, err := q.db.Exec(ctx, insertDeliveries,
-		arg.Ids,
-		arg.EventIds,
-		arg.SubscriptionIds,
-		arg.Statuses,
-		arg.Attempts,
-		arg.NextAttemptAts,
-		arg.OrderingKeys,
-		arg.CreatedAts,
-		arg.UpdatedAts,
-	)
-	return err
-}
-
-const lockEvent = `-- name: LockEvent :exec
-SELECT id FROM events WHERE id = $1 FOR UPDATE
-`
-
-// Serialises the status roll-up of one event: whoever takes the lock second
-// sees the first one's terminal delivery in its next statement.
-func (q *Queries) LockEvent(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, lockEvent, id)
-	return err
-}
-
 const recordAttempt = `-- name: RecordAttempt :one
 WITH updated AS (
     UPDATE deliveries SET
@@ -346,8 +383,15 @@ WITH updated AS (
         $11, $12, $13, $14
     FROM updated
     RETURNING attempts.delivery_id
+), locked AS (
+    SELECT events.id FROM events
+    WHERE $15::boolean AND events.id = (SELECT updated.event_id FROM updated)
+    FOR UPDATE
 )
-SELECT updated.event_id FROM updated JOIN inserted ON inserted.delivery_id = updated.id
+SELECT updated.event_id
+FROM updated
+JOIN inserted ON inserted.delivery_id = updated.id
+LEFT JOIN locked ON locked.id = updated.event_id
 `
 
 type RecordAttemptParams struct {
@@ -365,11 +409,16 @@ type RecordAttemptParams struct {
 	Error            string
 	Duration         pgtype.Interval
 	AttemptCreatedAt time.Time
+	LockEvent        bool
 }
 
 // Stores the delivery's new state and its attempt in one statement. The
 // enqueued mark is cleared so the scheduler's scan picks a retrying delivery
-// up as soon as it is due. Returns no row when the delivery does not exist.
+// up as soon as it is due. With @lock_event (the delivery became terminal)
+// it also locks the event row until the transaction ends, which serialises
+// the status roll-up (RollUpEventStatus) of the event's deliveries: whoever
+// takes the lock second sees the first one's terminal delivery. Returns no
+// row when the delivery does not exist.
 func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (string, error) {
 	row := q.db.QueryRow(ctx, recordAttempt,
 		arg.Status,
@@ -386,6 +435,7 @@ func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (s
 		arg.Error,
 		arg.Duration,
 		arg.AttemptCreatedAt,
+		arg.LockEvent,
 	)
 	var event_id string
 	err := row.Scan(&event_id)
@@ -404,7 +454,9 @@ WHERE events.id = $1
 `
 
 // Once every delivery of the event is terminal, the event is failed if any
-// is dead and delivered otherwise.
+// is dead and delivered otherwise. Run after RecordAttempt locked the event,
+// in the same transaction, so this statement's snapshot includes every
+// delivery that finished before.
 func (q *Queries) RollUpEventStatus(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, rollUpEventStatus, id)
 	return err

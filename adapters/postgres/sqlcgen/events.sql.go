@@ -128,50 +128,6 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 	return result.RowsAffected(), nil
 }
 
-const markEventsFannedOut = `-- name: MarkEventsFannedOut :many
-UPDATE events SET
-    fanned_out_at = now(),
-    status = CASE WHEN events.id = ANY($1::text[]) THEN 'delivered' ELSE events.status END
-WHERE events.id IN (
-    SELECT e.id FROM events e
-    WHERE e.id = ANY($2::text[]) AND e.fanned_out_at IS NULL
-    ORDER BY e.id
-    FOR UPDATE
-)
-AND events.fanned_out_at IS NULL
-RETURNING events.id
-`
-
-type MarkEventsFannedOutParams struct {
-	NoDeliveries []string
-	Ids          []string
-}
-
-// Claims the fan-out of the given events that are not fanned out yet and
-// returns their ids; an event listed in @no_deliveries is delivered at once
-// (nothing to do). Rows are locked in id order, so concurrent fan-outs of
-// overlapping batches cannot deadlock, and the second one finds the events
-// already fanned out and skips them.
-func (q *Queries) MarkEventsFannedOut(ctx context.Context, arg MarkEventsFannedOutParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, markEventsFannedOut, arg.NoDeliveries, arg.Ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []string{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const releaseIdempotencyKey = `-- name: ReleaseIdempotencyKey :exec
 UPDATE events SET idempotency_key = NULL
 WHERE id = $1 AND idempotency_key = $2::text AND created_at <= $3
