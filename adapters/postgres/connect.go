@@ -18,8 +18,8 @@ import (
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// The error text may contain the password; say only what is wrong.
-		return nil, fmt.Errorf("parse DATABASE_URL: invalid connection string")
+		// pgconn masks the password in the connection string it quotes.
+		return nil, fmt.Errorf("parse database URL: %w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = DefaultMaxConns()

@@ -178,6 +178,35 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.Equal(t, us(lease.Add(30*time.Second)), c2.Delivery.NextAttemptAt)
 	})
 
+	t.Run("ConcurrentClaimsLeaseOnce", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		d := f.fanOut(f.event(), base, sub)[0]
+		// A stream entry handed to several workers (a reclaim racing a slow
+		// worker): exactly one of them gets to make the attempt.
+		const workers = 8
+		errs := make(chan error, workers)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, base.Add(30*time.Second))
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		claimed := 0
+		for err := range errs {
+			if err == nil {
+				claimed++
+				continue
+			}
+			assert.ErrorIs(t, err, domain.ErrConflict)
+		}
+		assert.Equal(t, 1, claimed, "exactly one worker holds the lease")
+	})
+
 	t.Run("ClaimRefusesWhatIsNotDue", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)

@@ -32,6 +32,11 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, newStore) })
 	t.Run("Deliveries", func(t *testing.T) { t.Parallel(); testDeliveries(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })
+	t.Run("Ping", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		require.NoError(t, f.store.Ping(f.ctx), "a store that was just opened is reachable")
+	})
 }
 
 // base is the suite's "now": in a non-UTC zone and with nanoseconds, so

@@ -132,6 +132,12 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		last, err := f.store.ListSubscriptions(f.ctx, ports.Page{After: want[5], Limit: 3})
 		require.NoError(t, err)
 		assert.Len(t, last, 1, "the last page is short")
+
+		// A cursor stays valid when its subscription is deleted meanwhile.
+		require.NoError(t, f.store.DeleteSubscription(f.ctx, want[2]))
+		page, err := f.store.ListSubscriptions(f.ctx, ports.Page{After: want[2], Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, want[3:5], []string{page[0].ID, page[1].ID})
 	})
 
 	t.Run("ActiveSubscriptionsListsOnlyActiveOnes", func(t *testing.T) {
