@@ -289,49 +289,75 @@ func TestNextDelay(t *testing.T) {
 	}
 }
 
-// FuzzNextDelay checks NextDelay's promises on every valid exponential
-// policy: retries stop exactly at MaxAttempts, the delay stays within the
-// documented band and under MaxInterval, Retry-After is honoured up to the
-// cap, and the result depends only on its inputs.
+// FuzzNextDelay checks NextDelay's promises. Any policy, valid or not,
+// gets a non-negative delay and no panic; then the inputs are folded into
+// the valid ranges, so every run also checks a valid exponential policy:
+// retries stop exactly at MaxAttempts, the delay stays within the
+// documented jitter band and under MaxInterval, Retry-After is honoured up
+// to the cap, and the result depends only on the inputs.
 func FuzzNextDelay(f *testing.F) {
 	f.Add(int64(time.Second), 2.0, int64(time.Hour), 0.1, 5, 1, int64(0), 0.5)
 	f.Add(int64(time.Millisecond), 10.0, int64(week), 1.0, 100, 99, int64(week), 0.999)
 	f.Add(int64(time.Hour), 1.0, int64(time.Hour), 0.0, 1, 1, int64(time.Minute), 0.0)
+	f.Add(int64(-1), math.NaN(), int64(math.MaxInt64), math.Inf(1), -1, math.MinInt, int64(math.MinInt64), math.NaN())
 	f.Fuzz(func(t *testing.T, initial int64, mult float64, maxInterval int64, jitter float64, maxAttempts, attempt int, retryAfter int64, r float64) {
-		p := domain.RetryPolicy{
+		raw := domain.RetryPolicy{
 			Strategy: domain.StrategyExponential, InitialInterval: time.Duration(initial), Multiplier: mult,
 			MaxInterval: time.Duration(maxInterval), Jitter: jitter, MaxAttempts: maxAttempts,
 		}
-		rnd := constant(r)
-		got, ok := p.NextDelay(attempt, time.Duration(retryAfter), rnd)
-		if got < 0 {
-			t.Fatalf("NextDelay = %s, negative", got)
+		if got, _ := raw.NextDelay(attempt, time.Duration(retryAfter), constant(r)); got < 0 {
+			t.Fatalf("NextDelay on %+v = %s, negative", raw, got)
 		}
-		if p.Validate() != nil {
-			return // only totality is promised for invalid policies
+
+		fold := func(v, lo, hi int64) int64 { return lo + int64(uint64(v)%uint64(hi-lo+1)) }
+		unit := func(x float64) float64 { // any float into [0,1]
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return 0
+			}
+			return math.Abs(x - math.Trunc(x))
 		}
-		if ok != (attempt < maxAttempts) {
-			t.Fatalf("NextDelay(%d) ok = %v with MaxAttempts %d", attempt, ok, maxAttempts)
+		p := domain.RetryPolicy{
+			Strategy:        domain.StrategyExponential,
+			InitialInterval: time.Duration(fold(initial, int64(time.Millisecond), int64(24*time.Hour))),
+			Multiplier:      1 + 9*unit(mult),
+			Jitter:          unit(jitter),
+			MaxAttempts:     int(fold(int64(maxAttempts), 1, 100)),
+		}
+		p.MaxInterval = time.Duration(fold(maxInterval, int64(p.InitialInterval), int64(week)))
+		if err := p.Validate(); err != nil {
+			t.Fatalf("folded policy invalid: %v", err)
+		}
+		attempt = int(fold(int64(attempt), -1, 101))
+		ra := time.Duration(fold(retryAfter, -int64(time.Hour), int64(2*week)))
+		rnd := constant(unit(r))
+
+		got, ok := p.NextDelay(attempt, ra, rnd)
+		if ok != (attempt < p.MaxAttempts) {
+			t.Fatalf("NextDelay(%d) ok = %v with MaxAttempts %d", attempt, ok, p.MaxAttempts)
 		}
 		if !ok {
+			if got != 0 {
+				t.Fatalf("NextDelay(%d) = %s with ok false", attempt, got)
+			}
 			return
 		}
-		if again, _ := p.NextDelay(attempt, time.Duration(retryAfter), rnd); again != got {
+		if again, _ := p.NextDelay(attempt, ra, rnd); again != got {
 			t.Fatalf("NextDelay not deterministic: %s then %s", got, again)
 		}
-		if got > p.MaxInterval {
-			t.Fatalf("NextDelay = %s above MaxInterval %s", got, p.MaxInterval)
+		if got < 0 || got > p.MaxInterval {
+			t.Fatalf("NextDelay = %s outside [0, MaxInterval %s]", got, p.MaxInterval)
 		}
-		if ra := time.Duration(retryAfter); got < min(ra, p.MaxInterval) {
+		if got < min(ra, p.MaxInterval) {
 			t.Fatalf("NextDelay = %s ignores Retry-After %s", got, ra)
 		}
 		base, _ := p.NextDelay(attempt, 0, nil)
-		lo := time.Duration(float64(base) * (1 - jitter))
-		if got < lo-1 { // 1ns of float rounding
+		if lo := time.Duration(float64(base) * (1 - p.Jitter)); got < lo-1 { // 1ns of float rounding
 			t.Fatalf("NextDelay = %s below %s, the jitter band of base %s", got, lo, base)
 		}
-		if prev, _ := p.NextDelay(max(attempt, 1)-1, 0, nil); attempt > 1 && prev > base {
-			t.Fatalf("base delay shrank from %s to %s", prev, base)
+		if attempt > 1 {
+			if prev, _ := p.NextDelay(attempt-1, 0, nil); prev > base {
+				t.Fatalf("base delay shrank from %s to %s", prev, base)
+			}
 		}
 	})
 }
