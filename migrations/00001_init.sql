@@ -88,7 +88,7 @@ CREATE TABLE deliveries (
 
 -- The scheduler's due scan. Terminal deliveries, the vast majority, stay out
 -- of the index.
-CREATE INDEX deliveries_due_idx ON deliveries (next_attempt_at)
+CREATE INDEX deliveries_due_idx ON deliveries (next_attempt_at, id)
     WHERE status IN ('pending', 'retrying', 'delivering');
 
 -- Every update of a delivery (claim, attempt) changes indexed columns, so

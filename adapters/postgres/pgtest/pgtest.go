@@ -6,6 +6,10 @@
 // never clean up rows and never see each other's data, even when `go test`
 // runs packages in parallel processes.
 //
+// Templates are named after a hash of the migrations, so changing a
+// migration builds a new one; old ones stay until dropped by hand
+// (ALTER DATABASE … IS_TEMPLATE false, then DROP DATABASE).
+//
 // Rule of dependency: test support only; imports the postgres adapter (for
 // Migrate), migrations, pgx and the standard library.
 package pgtest
