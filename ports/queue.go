@@ -32,8 +32,9 @@ type Queue interface {
 	Publish(ctx context.Context, stream string, bodies ...string) error
 	// Read returns up to count entries of stream never delivered to group,
 	// creating the group (reading from the stream's start) if needed. It
-	// waits up to block for at least one entry and returns an empty slice if
-	// none came; it returns early with ctx's error when ctx ends.
+	// waits up to block for at least one entry (block <= 0 does not wait,
+	// unlike Redis's BLOCK 0) and returns an empty slice if none came; it
+	// returns early with ctx's error when ctx ends.
 	Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]Message, error)
 	// Ack acknowledges entries of stream for group; acknowledging an unknown
 	// or already acknowledged id is not an error.
