@@ -184,3 +184,14 @@ func FuzzCheckURL(f *testing.F) {
 		}
 	})
 }
+
+func TestGuardAllowsPrivateTargetsOnlyWhenTold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if err := (webhook.Guard{}).CheckURL(ctx, "http://127.0.0.1:9/hook"); !errors.Is(err, domain.ErrForbiddenDestination) {
+		t.Errorf("default guard on loopback = %v, want ErrForbiddenDestination", err)
+	}
+	if err := (webhook.Guard{AllowPrivate: true}).CheckURL(ctx, "http://127.0.0.1:9/hook"); err != nil {
+		t.Errorf("guard allowing private targets refused loopback: %v", err)
+	}
+}
