@@ -34,6 +34,9 @@ type UseCases struct {
 	Events        *application.Events
 	// Ready reports whether every backend is reachable.
 	Ready func(ctx context.Context) error
+	// EventAccepted, when set, is called for every newly committed event
+	// (metrics).
+	EventAccepted func()
 }
 
 type handlers struct {
@@ -41,6 +44,7 @@ type handlers struct {
 	subscriptions *application.Subscriptions
 	events        *application.Events
 	ready         func(ctx context.Context) error
+	accepted      func()
 	log           *slog.Logger
 	maxEventBytes int64
 }
@@ -58,7 +62,7 @@ func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API
 	}
 	api := humago.New(mux, hc)
 	h := &handlers{
-		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, ready: uc.Ready,
+		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, ready: uc.Ready, accepted: uc.EventAccepted,
 		log: log, maxEventBytes: cfg.MaxEventBytes,
 	}
 	if h.maxEventBytes <= 0 {

@@ -147,6 +147,9 @@ func (h *handlers) registerEvents(api huma.API) {
 		if err != nil {
 			return nil, problem(ctx, h.log, err)
 		}
+		if !res.Replayed && h.accepted != nil {
+			h.accepted()
+		}
 		if res.EnqueueErr != nil {
 			h.log.WarnContext(ctx, "event committed but not enqueued; the scheduler will enqueue it",
 				"event_id", res.Event.ID, "error", res.EnqueueErr)

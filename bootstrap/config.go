@@ -1,0 +1,220 @@
+package bootstrap
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/application"
+)
+
+// Defaults of SPEC §7.
+const (
+	DefaultDatabaseURL    = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	DefaultRedisURL       = "redis://127.0.0.1:6379/0"
+	DefaultListenAddr     = "127.0.0.1:8080"
+	DefaultRedisKeyPrefix = "dispatch:"
+	DefaultPollInterval   = time.Second
+	DefaultConcurrency    = 256
+	DefaultMaxEventBytes  = 256 << 10
+)
+
+// Config is every setting of every role. Each field is a flag and a
+// DISPATCH_* environment variable (DATABASE_URL and REDIS_URL keep their
+// conventional names); a flag wins over the environment.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string.
+	DatabaseURL string
+	// RedisURL is the Redis URL; its DB index is honoured.
+	RedisURL string
+	// RedisKeyPrefix starts every Redis key, so deployments can share a Redis.
+	RedisKeyPrefix string
+	// ListenAddr is the HTTP address of the API (api, all, dev).
+	ListenAddr string
+	// AdminAddr serves /health, /ready and /metrics for worker and scheduler;
+	// off when empty.
+	AdminAddr string
+	// APIKeys are the accepted bearer keys.
+	APIKeys []string
+	// AllowPrivateTargets lets subscriptions target loopback and private
+	// addresses.
+	AllowPrivateTargets bool
+	// SchedulerPollInterval is the pause between scheduler scans.
+	SchedulerPollInterval time.Duration
+	// SchedulerBatchSize bounds each scan.
+	SchedulerBatchSize int
+	// VisibilityTimeout is the idle time before an unacknowledged stream
+	// entry, or an enqueued but unclaimed delivery, is handed out again.
+	VisibilityTimeout time.Duration
+	// WorkerConcurrency is how many deliveries one worker process attempts at
+	// once.
+	WorkerConcurrency int
+	// MaxEventBytes bounds a publish request body.
+	MaxEventBytes int64
+	// IdempotencyWindow is how long an idempotency key is remembered.
+	IdempotencyWindow time.Duration
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+
+	envErr error
+}
+
+// DefaultConfig returns the defaults, before flags and environment.
+func DefaultConfig() Config {
+	return Config{
+		DatabaseURL:           DefaultDatabaseURL,
+		RedisURL:              DefaultRedisURL,
+		RedisKeyPrefix:        DefaultRedisKeyPrefix,
+		ListenAddr:            DefaultListenAddr,
+		SchedulerPollInterval: DefaultPollInterval,
+		SchedulerBatchSize:    application.DefaultSchedulerBatchSize,
+		VisibilityTimeout:     application.DefaultVisibilityTimeout,
+		WorkerConcurrency:     DefaultConcurrency,
+		MaxEventBytes:         DefaultMaxEventBytes,
+		IdempotencyWindow:     application.DefaultIdempotencyWindow,
+		LogLevel:              "info",
+	}
+}
+
+// envVar names the environment variable behind a flag.
+func envVar(flagName string) string {
+	switch flagName {
+	case "database-url":
+		return "DATABASE_URL"
+	case "redis-url":
+		return "REDIS_URL"
+	}
+	return "DISPATCH_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Flags registers every setting on fs, with defaults taken from c and then
+// from the environment. An environment value that does not parse is an
+// error, reported by Validate.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	var envErrs []error
+	str := func(p *string, name, usage string) {
+		if v, ok := os.LookupEnv(envVar(name)); ok {
+			*p = v
+		}
+		fs.StringVar(p, name, *p, usage+" ($"+envVar(name)+")")
+	}
+	parse := func(p flag.Value, name, usage string) {
+		if v, ok := os.LookupEnv(envVar(name)); ok {
+			if err := p.Set(v); err != nil {
+				envErrs = append(envErrs, fmt.Errorf("$%s: %w", envVar(name), err))
+			}
+		}
+		fs.Var(p, name, usage+" ($"+envVar(name)+")")
+	}
+	str(&c.DatabaseURL, "database-url", "PostgreSQL connection URL")
+	str(&c.RedisURL, "redis-url", "Redis URL (the DB index is honoured)")
+	str(&c.RedisKeyPrefix, "redis-key-prefix", "prefix of every Redis key")
+	str(&c.ListenAddr, "listen-addr", "HTTP address of the API")
+	str(&c.AdminAddr, "admin-addr", "address of /health, /ready, /metrics for worker and scheduler (off when empty)")
+	parse((*listValue)(&c.APIKeys), "api-keys", "comma-separated accepted API keys")
+	parse((*boolValue)(&c.AllowPrivateTargets), "allow-private-targets", "let subscriptions target loopback and private addresses")
+	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans")
+	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
+	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
+	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once")
+	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
+	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	c.envErr = errors.Join(envErrs...)
+}
+
+// Validate reports every setting that is out of range.
+func (c *Config) Validate() error {
+	errs := []error{c.envErr}
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.DatabaseURL != "", "database-url must be set")
+	check(c.RedisURL != "", "redis-url must be set")
+	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
+	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
+	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
+	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
+	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
+	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
+	_, err := c.slogLevel()
+	errs = append(errs, err)
+	return errors.Join(errs...)
+}
+
+func (c *Config) slogLevel() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("log-level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return l, nil
+}
+
+type listValue []string
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
+func (v *listValue) Set(s string) error {
+	*v = nil
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*v = append(*v, part)
+		}
+	}
+	return nil
+}
+
+type boolValue bool
+
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false, got %q", s)
+	}
+	*v = boolValue(b)
+	return nil
+}
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 1s or 500ms, got %q", s)
+	}
+	*v = durationValue(d)
+	return nil
+}
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+
+type int64Value int64
+
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", s)
+	}
+	*v = int64Value(n)
+	return nil
+}

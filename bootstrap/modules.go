@@ -1,0 +1,266 @@
+package bootstrap
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/memory"
+	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
+	"github.com/dispatch-webhooks/dispatch/adapters/redis"
+	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Version is the build's version, sent in User-Agent and the OpenAPI
+// document.
+var Version = "0.1.0"
+
+// configModule supplies the configuration, the logger and the metrics.
+func configModule(cfg Config) fx.Option {
+	return fx.Module("config",
+		fx.Supply(cfg),
+		fx.Provide(newLogger),
+		fx.Provide(newRegistry, metrics.New),
+	)
+}
+
+// quietFx makes fx print only failures; it must sit at the top level of an
+// app, outside any module, to apply to the whole app.
+var quietFx = fx.WithLogger(func(log *slog.Logger) fxevent.Logger { return fxFailures{log} })
+
+func newRegistry() (*prometheus.Registry, prometheus.Registerer) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, reg
+}
+
+// postgresModule provides the PostgreSQL store.
+var postgresModule = fx.Module("postgres",
+	fx.Provide(newPool, func(pool *pgxpool.Pool) ports.Store { return postgres.New(pool) }),
+)
+
+func newPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := postgres.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
+	}
+	lc.Append(fx.StopHook(pool.Close))
+	return pool, nil
+}
+
+// migrateOnStart applies pending migrations before anything else starts.
+var migrateOnStart = fx.Invoke(func(pool *pgxpool.Pool, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	log.Info("migrations applied")
+	return nil
+})
+
+// memoryStoreModule provides the in-process store of `dispatch dev`.
+var memoryStoreModule = fx.Module("memory-store",
+	fx.Provide(func() ports.Store { return memory.NewStore() }),
+)
+
+// redisModule provides the Redis queue.
+var redisModule = fx.Module("redis",
+	fx.Provide(newRedisClient, newQueue),
+)
+
+func newRedisClient(lc fx.Lifecycle, cfg Config) (goredis.UniversalClient, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := redis.Connect(ctx, cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", redactURL(cfg.RedisURL), err)
+	}
+	lc.Append(fx.StopHook(client.Close))
+	return client, nil
+}
+
+// embeddedRedisModule runs an in-process Redis (miniredis) for `dispatch dev`.
+var embeddedRedisModule = fx.Module("embedded-redis",
+	fx.Provide(newEmbeddedRedis, newQueue),
+)
+
+func newEmbeddedRedis(lc fx.Lifecycle) (goredis.UniversalClient, error) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, fmt.Errorf("start embedded Redis: %w", err)
+	}
+	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
+	lc.Append(fx.StopHook(func() { _ = client.Close(); mr.Close() }))
+	return client, nil
+}
+
+func newQueue(client goredis.UniversalClient, cfg Config) (ports.Queue, error) {
+	opts := redis.DefaultQueueOptions()
+	opts.Prefix = cfg.RedisKeyPrefix
+	return redis.NewQueue(client, opts)
+}
+
+// coreModule provides the use cases.
+var coreModule = fx.Module("core",
+	fx.Provide(
+		func() ports.Clock { return ports.SystemClock{} },
+		newSender,
+		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config) *application.Ingest {
+			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow}
+		},
+		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.FanOut {
+			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock}
+		},
+		func(store ports.Store, sender ports.Sender, clock ports.Clock) *application.Deliver {
+			return &application.Deliver{
+				Deliveries: store, Subscriptions: store, Sender: sender, Clock: clock,
+				Random: rand.Float64, UserAgent: "Dispatch/" + Version,
+			}
+		},
+		func(store ports.Store, clock ports.Clock, cfg Config) *application.Subscriptions {
+			return &application.Subscriptions{Store: store, Clock: clock, Guard: webhook.Guard{AllowPrivate: cfg.AllowPrivateTargets}}
+		},
+		func(store ports.Store) *application.Events {
+			return &application.Events{Events: store, Deliveries: store}
+		},
+		newReady,
+	),
+)
+
+func newSender(cfg Config) ports.Sender {
+	return webhook.NewSender(webhook.SenderOptions{AllowPrivate: cfg.AllowPrivateTargets})
+}
+
+// Ready reports whether the store and the queue are reachable.
+type Ready func(ctx context.Context) error
+
+func newReady(store ports.Store, queue ports.Queue) Ready {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := store.Ping(ctx); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if err := queue.Ping(ctx); err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
+		return nil
+	}
+}
+
+// HTTPServer is a listening HTTP server owned by the fx lifecycle.
+type HTTPServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Addr is the address the server listens on (useful with port 0).
+func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
+
+func serveHTTP(lc fx.Lifecycle, addr string, handler http.Handler, log *slog.Logger) *HTTPServer {
+	s := &HTTPServer{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			s.ln = ln
+			go func() {
+				if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("HTTP server stopped", "addr", addr, "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error { return s.srv.Shutdown(ctx) },
+	})
+	return s
+}
+
+// APIServer is the HTTP API's server.
+type APIServer struct{ *HTTPServer }
+
+// apiModule serves the HTTP API with /metrics on ListenAddr.
+var apiModule = fx.Module("api",
+	fx.Provide(newAPIServer),
+	fx.Invoke(func(*APIServer) {}),
+)
+
+func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, m *metrics.Metrics,
+	ingest *application.Ingest, subs *application.Subscriptions, events *application.Events, ready Ready,
+) *APIServer {
+	mux := http.NewServeMux()
+	httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
+		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Ready: ready, EventAccepted: m.EventReceived}, log)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return &APIServer{serveHTTP(lc, cfg.ListenAddr, mux, log)}
+}
+
+// adminModule serves /health, /ready and /metrics for worker and scheduler
+// when AdminAddr is set.
+var adminModule = fx.Module("admin",
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, ready Ready) {
+		if cfg.AdminAddr == "" {
+			return
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		})
+		mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if err := ready(r.Context()); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, `{"status":"unavailable","detail":%q}`, err.Error())
+				return
+			}
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		})
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		serveHTTP(lc, cfg.AdminAddr, mux, log)
+	}),
+)
+
+// consumerName names this process within consumer groups.
+func consumerName(role string) string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s-%s-%d-%s", role, host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// redactURL hides a password in a connection URL before it is logged.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,200 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Role is what a process does.
+type Role string
+
+// Roles of SPEC §2.
+const (
+	RoleAPI       Role = "api"
+	RoleWorker    Role = "worker"
+	RoleScheduler Role = "scheduler"
+	RoleAll       Role = "all"
+	RoleDev       Role = "dev"
+	RoleMigrate   Role = "migrate"
+)
+
+// Roles lists every role, for help texts and tests.
+var Roles = []Role{RoleAPI, RoleWorker, RoleScheduler, RoleAll, RoleDev, RoleMigrate}
+
+// Options returns the fx options of role: the modules it is made of.
+func Options(role Role, cfg Config) (fx.Option, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if (role == RoleAPI || role == RoleAll || role == RoleDev) && len(cfg.APIKeys) == 0 {
+		return nil, fmt.Errorf("role %s serves the API: set at least one key in DISPATCH_API_KEYS or --api-keys", role)
+	}
+	base := []fx.Option{configModule(cfg), quietFx}
+	durable := []fx.Option{postgresModule, redisModule, coreModule}
+	switch role {
+	case RoleAPI:
+		return fx.Options(append(append(base, durable...), apiModule)...), nil
+	case RoleWorker:
+		return fx.Options(append(append(base, durable...), workerModule, adminModule)...), nil
+	case RoleScheduler:
+		return fx.Options(append(append(base, durable...), schedulerModule, adminModule)...), nil
+	case RoleAll:
+		return fx.Options(append(append(base, durable...), migrateOnStart, apiModule, workerModule, schedulerModule)...), nil
+	case RoleDev:
+		return fx.Options(append(base, memoryStoreModule, embeddedRedisModule, coreModule,
+			apiModule, workerModule, schedulerModule, devBanner)...), nil
+	case RoleMigrate:
+		return fx.Options(append(base, postgresModule, migrateOnStart)...), nil
+	}
+	return nil, fmt.Errorf("unknown role %q (want one of %v)", role, Roles)
+}
+
+// loops runs background loops from OnStart until OnStop, and on stop waits
+// for them to finish their work in flight (bounded by the stop context).
+type loops struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
+	l := &loops{}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ctx, cancel := context.WithCancel(context.Background())
+			l.cancel = cancel
+			for _, run := range runs {
+				l.wg.Add(1)
+				go func() { defer l.wg.Done(); run(ctx) }()
+			}
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			l.cancel()
+			done := make(chan struct{})
+			go func() { l.wg.Wait(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("work in flight did not finish before the stop timeout: %w", ctx.Err())
+			}
+		},
+	})
+}
+
+// workerModule runs fan-out and delivery consumers.
+var workerModule = fx.Module("worker",
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, queue ports.Queue,
+		fanout *application.FanOut, deliver *application.Deliver,
+	) {
+		name := consumerName("worker")
+		onErr := func(err error) { log.Error("stream consumer failed", "error", err) }
+		fanoutConsumer := &application.Consumer{
+			Queue: queue, Stream: ports.EventStream, Group: application.FanOutGroup, Name: name,
+			Batch: 100, Block: time.Second, Concurrency: 2, OnError: onErr,
+			Handle: func(ctx context.Context, msgs []ports.Message) []string {
+				ids, acks := bodiesAndIDs(msgs)
+				err := fanout.Handle(ctx, ids)
+				switch {
+				case err == nil:
+				case errors.Is(err, application.ErrEnqueueDeferred):
+					m.EnqueueDeferred()
+					log.Warn("deliveries committed but not enqueued; the scheduler will enqueue them", "error", err)
+				default:
+					log.Error("fan-out failed; the events stay pending in the stream", "events", len(ids), "error", err)
+					return nil
+				}
+				return acks
+			},
+		}
+		deliverConsumer := &application.Consumer{
+			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
+			Batch: 64, Block: time.Second, Concurrency: cfg.WorkerConcurrency, PerEntry: true, OnError: onErr,
+			Handle: func(ctx context.Context, msgs []ports.Message) []string {
+				msg := msgs[0]
+				res, err := deliver.Handle(ctx, msg.Body)
+				if err != nil {
+					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", msg.Body, "error", err)
+					return nil
+				}
+				if !res.Skipped {
+					m.Attempted(res.Delivery.Status, res.Attempt.Duration, res.EventCreatedAt, res.Attempt.CreatedAt)
+					log.Debug("delivery attempted", "delivery_id", res.Delivery.ID, "attempt", res.Attempt.Number,
+						"status", res.Delivery.Status, "status_code", res.Attempt.StatusCode, "error", res.Attempt.Error)
+				}
+				return []string{msg.ID}
+			},
+		}
+		startLoops(lc,
+			func(ctx context.Context) { _ = fanoutConsumer.Run(ctx) },
+			func(ctx context.Context) { _ = deliverConsumer.Run(ctx) },
+		)
+	}),
+)
+
+func bodiesAndIDs(msgs []ports.Message) (bodies, ids []string) {
+	bodies = make([]string, len(msgs))
+	ids = make([]string, len(msgs))
+	for i, m := range msgs {
+		bodies[i], ids[i] = m.Body, m.ID
+	}
+	return bodies, ids
+}
+
+// schedulerModule runs the scheduler's scans every poll interval.
+var schedulerModule = fx.Module("scheduler",
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, store ports.Store, queue ports.Queue, clock ports.Clock) {
+		schedule := &application.Schedule{
+			Events: store, Deliveries: store, Queue: queue, Clock: clock,
+			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
+			Consumer: consumerName("scheduler"),
+		}
+		startLoops(lc, func(ctx context.Context) {
+			ticker := time.NewTicker(cfg.SchedulerPollInterval)
+			defer ticker.Stop()
+			for {
+				swept, err := schedule.Tick(ctx)
+				if err != nil && ctx.Err() == nil {
+					log.Error("scheduler scan failed", "error", err)
+				}
+				m.Requeued("due_delivery", swept.DueDeliveries)
+				m.Requeued("unfanned_event", swept.UnfannedEvents)
+				m.Requeued("reclaimed_event", swept.ReclaimedEvents)
+				m.Requeued("reclaimed_delivery", swept.ReclaimedDelivs)
+				select {
+				case <-ctx.Done():
+					return
+				case <-ticker.C:
+				}
+			}
+		})
+	}),
+)
+
+// devBanner says where dev mode listens and that nothing is durable.
+var devBanner = fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *APIServer) {
+	lc.Append(fx.StartHook(func() {
+		base := "http://" + api.Addr()
+		fmt.Printf(`
+  Dispatch dev mode: every role in one process, embedded Redis, in-memory store.
+  !!! NOTHING IS DURABLE: all events, subscriptions and deliveries are lost on exit. !!!
+
+  API      %[1]s/v1
+  Docs     %[1]s/docs
+  OpenAPI  %[1]s/openapi.json
+  Metrics  %[1]s/metrics
+  API key  %[2]s   (Authorization: Bearer %[2]s)
+
+`, base, cfg.APIKeys[0])
+	}))
+})
