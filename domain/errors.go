@@ -21,6 +21,7 @@ type ValidationError struct {
 	Message string
 }
 
+// Error renders the field and what was wrong with it.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Field, e.Message)
 }

@@ -124,6 +124,10 @@ var reservedHeaders = map[string]bool{
 	"transfer-encoding": true, "connection": true,
 }
 
+// orderingRoots are the members of the event document an ordering key may
+// point into (see OrderingKeyFor).
+var orderingRoots = map[string]bool{"data": true, "ordering_key": true, "type": true, "source": true, "id": true}
+
 // Validate checks every field of s. It is called after every change, so a
 // subscription in a store is always valid.
 func (s Subscription) Validate() error {
@@ -157,9 +161,16 @@ func (s Subscription) Validate() error {
 		return err
 	}
 	if s.OrderingKey != "" {
-		if _, err := ParsePointer(s.OrderingKey); err != nil {
+		p, err := ParsePointer(s.OrderingKey)
+		if err != nil {
 			return &ValidationError{Field: "ordering_key", Message: err.Error()}
 		}
+		if !orderingRoots[p[0]] || (p[0] != "data" && len(p) > 1) {
+			return invalid("ordering_key", "%q points nowhere in an event: it must be /data/..., /ordering_key, /type, /source or /id", s.OrderingKey)
+		}
+	}
+	if s.Secret.IsZero() {
+		return invalid("secret", "is required")
 	}
 	if len(s.Headers) > MaxHeaders {
 		return invalid("headers", "must have at most %d entries, got %d", MaxHeaders, len(s.Headers))

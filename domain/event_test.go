@@ -1,0 +1,83 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewEventValidates(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	tests := []struct {
+		name  string
+		in    NewEventInput
+		field string
+	}{
+		{"valid", NewEventInput{Type: "order.created", Source: "shop", Data: json.RawMessage(`{"a":1}`)}, ""},
+		{"empty object", NewEventInput{Type: "a", Data: json.RawMessage(` {} `)}, ""},
+		{"bad type", NewEventInput{Type: "a b", Data: json.RawMessage(`{}`)}, "type"},
+		{"empty type", NewEventInput{Type: "", Data: json.RawMessage(`{}`)}, "type"},
+		{"array data", NewEventInput{Type: "a", Data: json.RawMessage(`[]`)}, "data"},
+		{"null data", NewEventInput{Type: "a", Data: json.RawMessage(`null`)}, "data"},
+		{"no data", NewEventInput{Type: "a"}, "data"},
+		{"broken data", NewEventInput{Type: "a", Data: json.RawMessage(`{"a":`)}, "data"},
+		{"trailing garbage", NewEventInput{Type: "a", Data: json.RawMessage(`{} {}`)}, "data"},
+		{"long source", NewEventInput{Type: "a", Source: strings.Repeat("s", MaxSourceLength+1), Data: json.RawMessage(`{}`)}, "source"},
+		{"long ordering key", NewEventInput{Type: "a", OrderingKey: strings.Repeat("k", MaxOrderingKeyLength+1), Data: json.RawMessage(`{}`)}, "ordering_key"},
+		{"long idempotency key", NewEventInput{Type: "a", IdempotencyKey: strings.Repeat("k", MaxIdempotencyKeyLen+1), Data: json.RawMessage(`{}`)}, "Idempotency-Key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := NewEvent(tt.in, now)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(ev.ID, EventIDPrefix) || ev.Status != EventPending || !ev.CreatedAt.Equal(now.Truncate(time.Microsecond)) {
+					t.Errorf("event = %+v", ev)
+				}
+				return
+			}
+			var invalid *ValidationError
+			if !errors.As(err, &invalid) || invalid.Field != tt.field {
+				t.Errorf("err = %v, want a ValidationError on %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestWebhookPayloadIsTheSpecEnvelope(t *testing.T) {
+	t.Parallel()
+	ev, err := NewEvent(NewEventInput{Type: "order.created", Source: "shop", Data: json.RawMessage(`{ "z": 1, "a": [true] }`)},
+		time.Date(2026, 5, 6, 7, 8, 9, 500000000, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"` + ev.ID + `","type":"order.created","source":"shop","timestamp":"2026-05-06T07:08:09.5Z","data":{"z":1,"a":[true]}}`
+	if got := string(ev.WebhookPayload()); got != want {
+		t.Errorf("payload =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func FuzzNewEventData(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":1}`, `[]`, `"x"`, `{"a":`, ` {"b":[1,{"c":null}]} `, "{\"\\u0000\":1}"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		ev, err := NewEvent(NewEventInput{Type: "a", Data: json.RawMessage(data)}, time.Unix(0, 0))
+		if err != nil {
+			return
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(ev.Data, &obj); err != nil {
+			t.Fatalf("accepted data %q is not an object: %v", data, err)
+		}
+		if !json.Valid(ev.WebhookPayload()) {
+			t.Fatalf("payload of %q is not JSON", data)
+		}
+	})
+}

@@ -1,0 +1,110 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewSubscriptionValidates(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	valid := func() NewSubscriptionInput {
+		return NewSubscriptionInput{URL: "https://example.com/hook", EventTypes: []string{"order.*"}}
+	}
+	manyHeaders := map[string]string{}
+	for i := range MaxHeaders + 1 {
+		manyHeaders["X-H"+strings.Repeat("a", i)] = "v"
+	}
+	tests := []struct {
+		name   string
+		modify func(*NewSubscriptionInput)
+		field  string // "" means valid
+	}{
+		{"defaults are valid", func(*NewSubscriptionInput) {}, ""},
+		{"explicit secret", func(in *NewSubscriptionInput) { in.Secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }, ""},
+		{"ordering by data", func(in *NewSubscriptionInput) { in.OrderingKey = "/data/customer/id" }, ""},
+		{"ordering by event key", func(in *NewSubscriptionInput) { in.OrderingKey = "/ordering_key" }, ""},
+		{"custom header", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X-Tenant": "acme"} }, ""},
+		{"missing url", func(in *NewSubscriptionInput) { in.URL = "" }, "url"},
+		{"ftp url", func(in *NewSubscriptionInput) { in.URL = "ftp://example.com/x" }, "url"},
+		{"relative url", func(in *NewSubscriptionInput) { in.URL = "/hook" }, "url"},
+		{"url with credentials", func(in *NewSubscriptionInput) { in.URL = "https://u:p@example.com/" }, "url"},
+		{"url with fragment", func(in *NewSubscriptionInput) { in.URL = "https://example.com/#x" }, "url"},
+		{"long url", func(in *NewSubscriptionInput) { in.URL = "https://example.com/" + strings.Repeat("a", MaxURLLength) }, "url"},
+		{"no event types", func(in *NewSubscriptionInput) { in.EventTypes = nil }, "event_types"},
+		{"bad pattern", func(in *NewSubscriptionInput) { in.EventTypes = []string{"order*"} }, "event_types[0]"},
+		{"bad second pattern", func(in *NewSubscriptionInput) { in.EventTypes = []string{"a", "b..c"} }, "event_types[1]"},
+		{"long description", func(in *NewSubscriptionInput) { in.Description = strings.Repeat("d", MaxDescriptionLen+1) }, "description"},
+		{"bad secret", func(in *NewSubscriptionInput) { in.Secret = "hunter2" }, "secret"},
+		{"negative rate limit", func(in *NewSubscriptionInput) { in.RateLimit = -5 }, "rate_limit"},
+		{"huge rate limit", func(in *NewSubscriptionInput) { in.RateLimit = MaxRateLimit + 1 }, "rate_limit"},
+		{"negative max in flight", func(in *NewSubscriptionInput) { in.MaxInFlight = -1 }, "max_in_flight"},
+		{"timeout too long", func(in *NewSubscriptionInput) { in.Timeout = 2 * MaxTimeout }, "timeout"},
+		{"negative timeout", func(in *NewSubscriptionInput) { in.Timeout = -time.Second }, "timeout"},
+		{"pointer without slash", func(in *NewSubscriptionInput) { in.OrderingKey = "data/x" }, "ordering_key"},
+		{"pointer outside the event", func(in *NewSubscriptionInput) { in.OrderingKey = "/customer_id" }, "ordering_key"},
+		{"pointer below a string member", func(in *NewSubscriptionInput) { in.OrderingKey = "/type/x" }, "ordering_key"},
+		{"reserved header", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"Webhook-Id": "x"} }, "headers"},
+		{"bad header name", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X Bad": "x"} }, "headers"},
+		{"header injection", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X-A": "a\r\nX-B: b"} }, "headers"},
+		{"too many headers", func(in *NewSubscriptionInput) { in.Headers = manyHeaders }, "headers"},
+		{"bad retry policy", func(in *NewSubscriptionInput) { in.RetryPolicy = &RetryPolicy{MaxAttempts: 1000} }, "retry_policy.max_attempts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := valid()
+			tt.modify(&in)
+			sub, err := NewSubscription(in, now)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("NewSubscription: %v", err)
+				}
+				if !strings.HasPrefix(sub.ID, SubscriptionIDPrefix) || sub.Secret.IsZero() || !sub.Active {
+					t.Errorf("subscription = %+v, want an id, a secret, active", sub)
+				}
+				return
+			}
+			var invalid *ValidationError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("err = %v, want a ValidationError on %s", err, tt.field)
+			}
+			if invalid.Field != tt.field {
+				t.Errorf("field = %q (%s), want %q", invalid.Field, invalid.Message, tt.field)
+			}
+		})
+	}
+}
+
+func TestNewSubscriptionDefaults(t *testing.T) {
+	t.Parallel()
+	inactive := false
+	sub, err := NewSubscription(NewSubscriptionInput{URL: "http://example.com", EventTypes: []string{"*"}, Active: &inactive}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.RateLimit != DefaultRateLimit || sub.MaxInFlight != DefaultMaxInFlight || sub.Timeout != DefaultTimeout {
+		t.Errorf("limits = %d/%d/%s, want defaults", sub.RateLimit, sub.MaxInFlight, sub.Timeout)
+	}
+	if sub.Active {
+		t.Error("Active: false was ignored")
+	}
+	if sub.Headers == nil {
+		t.Error("headers are nil, want an empty map")
+	}
+}
+
+func TestSigningSecretsDuringRotation(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	current, previous := MustGenerateSecret(), MustGenerateSecret()
+	sub := Subscription{Secret: current, PreviousSecret: previous, PreviousSecretExpiresAt: now.Add(time.Hour)}
+	if got := sub.SigningSecrets(now); len(got) != 2 || !got[0].Equal(current) || !got[1].Equal(previous) {
+		t.Errorf("during the overlap: %d secrets, want current then previous", len(got))
+	}
+	if got := sub.SigningSecrets(now.Add(time.Hour)); len(got) != 1 || !got[0].Equal(current) {
+		t.Errorf("after the overlap: %d secrets, want only the current one", len(got))
+	}
+}
