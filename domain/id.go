@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"io"
+	"strings"
 	"sync"
 	"time"
 )
@@ -85,4 +86,20 @@ func encodeULID(b [16]byte) string {
 		hi >>= 5
 	}
 	return string(out[:])
+}
+
+// IsID reports whether s is an id with prefix: the prefix then 26 Crockford
+// base32 digits, the first at most 7. Stream entries and path parameters are
+// checked with it before anything is looked up.
+func IsID(prefix, s string) bool {
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok || len(rest) != 26 || rest[0] > '7' {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if strings.IndexByte(crockford, rest[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -45,3 +45,38 @@ func TestMustNewIDIsMonotonicWithinAMillisecond(t *testing.T) {
 		t.Errorf("after the clock stepped back, %s sorts before %s", back, prev)
 	}
 }
+
+func TestIsID(t *testing.T) {
+	t.Parallel()
+	good := MustNewID(EventIDPrefix, time.Now())
+	tests := []struct {
+		prefix, s string
+		want      bool
+	}{
+		{EventIDPrefix, good, true},
+		{DeliveryIDPrefix, good, false},
+		{EventIDPrefix, "evt_", false},
+		{EventIDPrefix, good + "0", false},
+		{EventIDPrefix, good[:len(good)-1], false},
+		{EventIDPrefix, "evt_8" + good[5:], false},
+		{EventIDPrefix, "evt_0" + "U" + good[6:], false}, // U is not Crockford
+		{EventIDPrefix, strings.ToLower(good), false},
+		{EventIDPrefix, "", false},
+	}
+	for _, tt := range tests {
+		if got := IsID(tt.prefix, tt.s); got != tt.want {
+			t.Errorf("IsID(%q, %q) = %v, want %v", tt.prefix, tt.s, got, tt.want)
+		}
+	}
+}
+
+func FuzzIsID(f *testing.F) {
+	f.Add(MustNewID(DeliveryIDPrefix, time.Now()))
+	f.Add("dlv_")
+	f.Add("dlv_zzzzzzzzzzzzzzzzzzzzzzzzzz")
+	f.Fuzz(func(t *testing.T, s string) {
+		if IsID(DeliveryIDPrefix, s) && (len(s) != 30 || !strings.HasPrefix(s, DeliveryIDPrefix)) {
+			t.Fatalf("IsID accepted %q", s)
+		}
+	})
+}

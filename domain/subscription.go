@@ -249,3 +249,66 @@ func (s Subscription) SigningSecrets(now time.Time) []Secret {
 	}
 	return []Secret{s.Secret}
 }
+
+// SubscriptionPatch is a partial update: nil fields are left as they are.
+type SubscriptionPatch struct {
+	URL         *string
+	EventTypes  *[]string
+	Description *string
+	RateLimit   *int
+	MaxInFlight *int
+	Timeout     *time.Duration
+	RetryPolicy *RetryPolicy
+	// OrderingKey set to "" turns ordering off.
+	OrderingKey *string
+	Headers     *map[string]string
+	Active      *bool
+}
+
+// Apply changes s by p at now and validates the result; on error s is left
+// unchanged. Re-activating a subscription clears its disabled reason.
+func (s *Subscription) Apply(p SubscriptionPatch, now time.Time) error {
+	next := *s
+	if p.URL != nil {
+		next.URL = *p.URL
+	}
+	if p.EventTypes != nil {
+		next.EventTypes = *p.EventTypes
+	}
+	if p.Description != nil {
+		next.Description = *p.Description
+	}
+	if p.RateLimit != nil {
+		next.RateLimit = *p.RateLimit
+	}
+	if p.MaxInFlight != nil {
+		next.MaxInFlight = *p.MaxInFlight
+	}
+	if p.Timeout != nil {
+		next.Timeout = *p.Timeout
+	}
+	if p.RetryPolicy != nil {
+		next.RetryPolicy = p.RetryPolicy.withDefaults()
+	}
+	if p.OrderingKey != nil {
+		next.OrderingKey = *p.OrderingKey
+	}
+	if p.Headers != nil {
+		next.Headers = *p.Headers
+		if next.Headers == nil {
+			next.Headers = map[string]string{}
+		}
+	}
+	if p.Active != nil {
+		next.Active = *p.Active
+		if next.Active {
+			next.DisabledReason = ""
+		}
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	next.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	*s = next
+	return nil
+}

@@ -108,3 +108,43 @@ func TestSigningSecretsDuringRotation(t *testing.T) {
 		t.Errorf("after the overlap: %d secrets, want only the current one", len(got))
 	}
 }
+
+func TestSubscriptionApply(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	base, err := NewSubscription(NewSubscriptionInput{URL: "https://example.com/a", EventTypes: []string{"a"},
+		OrderingKey: "/data/x", Headers: map[string]string{"X-A": "1"}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Active, base.DisabledReason = false, DisabledGone
+	url, types, limit, empty, on := "https://example.com/b", []string{"b.*"}, 7, "", true
+	timeout := 3 * time.Second
+
+	s := base
+	if err := s.Apply(SubscriptionPatch{URL: &url, EventTypes: &types, RateLimit: &limit, Timeout: &timeout,
+		OrderingKey: &empty, Active: &on}, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if s.URL != url || s.EventTypes[0] != "b.*" || s.RateLimit != 7 || s.Timeout != timeout || s.OrderingKey != "" {
+		t.Errorf("patched = %+v", s)
+	}
+	if !s.Active || s.DisabledReason != "" {
+		t.Errorf("re-enabled: active=%v reason=%q, want active with no reason", s.Active, s.DisabledReason)
+	}
+	if s.Headers["X-A"] != "1" || s.MaxInFlight != base.MaxInFlight || s.Description != base.Description {
+		t.Error("fields not in the patch changed")
+	}
+	if !s.UpdatedAt.Equal(now.Add(time.Minute)) || !s.CreatedAt.Equal(base.CreatedAt) {
+		t.Errorf("updated_at %s created_at %s", s.UpdatedAt, s.CreatedAt)
+	}
+
+	s = base
+	bad := -1
+	if err := s.Apply(SubscriptionPatch{URL: &url, RateLimit: &bad}, now); err == nil {
+		t.Fatal("Apply accepted rate_limit -1")
+	}
+	if s.URL != base.URL || s.RateLimit != base.RateLimit {
+		t.Error("a refused patch changed the subscription")
+	}
+}
