@@ -45,6 +45,15 @@ type Queue interface {
 	// acknowledged. An entry whose data was trimmed away is acknowledged and
 	// not returned.
 	Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]Message, error)
+	// Trim removes the oldest entries of stream, up to the first one that
+	// some consumer group has not yet received and acknowledged, so a stream
+	// does not grow without bound. Entries some group has not yet read, or
+	// holds pending, are kept, and so is every entry after them: one entry
+	// left pending holds trimming back until it is acknowledged. A stream
+	// without groups is left alone; a missing stream is not an error.
+	// Trimming may be approximate (keep more than it could), never the
+	// other way.
+	Trim(ctx context.Context, stream string) error
 	// Ping reports whether the queue is reachable (readiness).
 	Ping(ctx context.Context) error
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,17 +25,19 @@ type QueueOptions struct {
 	// from; nil means time.Now. Tests pass a fake clock to make entries idle
 	// without waiting. Read's block always waits in real time.
 	Now func() time.Time
-	// MaxLen keeps each stream to at most this many entries, dropping the
-	// oldest, like the Redis adapter's MAXLEN (exactly here, approximately
-	// there). Dropped entries still pending are acknowledged by Reclaim.
-	// 0 keeps every entry.
+	// MaxLen, when above 0, caps each stream at this many entries, dropping
+	// the oldest whether or not a group has read them, like the Redis
+	// adapter's opt-in MAXLEN (exactly here, approximately there). Dropped
+	// entries still pending are acknowledged by Reclaim. 0, the default,
+	// leaves streams to Trim, which drops only what every group is done with.
 	MaxLen int
 }
 
 // Queue is ports.Queue in process, modelled on Redis Streams so that code
 // tested against it behaves the same on Redis: entries get "<ms>-<seq>" ids,
 // groups start at the stream's beginning, each group keeps a pending list
-// per entry (consumer, delivery time), and Reclaim transfers idle entries.
+// per entry (consumer, delivery time), Reclaim transfers idle entries and
+// Trim drops the oldest entries every group is done with.
 // One mutex guards everything. Safe for concurrent use.
 type Queue struct {
 	now    func() time.Time
@@ -65,6 +68,19 @@ type queueEntryID struct{ ms, seq uint64 }
 
 func (id queueEntryID) String() string {
 	return strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq, 10)
+}
+
+// next is the smallest id after id; the largest id has none and is
+// returned unchanged, which keeps one entry more than needed.
+func (id queueEntryID) next() queueEntryID {
+	switch {
+	case id.seq < math.MaxUint64:
+		return queueEntryID{ms: id.ms, seq: id.seq + 1}
+	case id.ms < math.MaxUint64:
+		return queueEntryID{ms: id.ms + 1}
+	default:
+		return id
+	}
 }
 
 func compareQueueEntryIDs(a, b queueEntryID) int {
@@ -312,6 +328,46 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 	}
 	g.compact()
 	return msgs, nil
+}
+
+// Trim drops the entries before the oldest one some group still needs: its
+// oldest pending entry or, with nothing pending, the entry after its last
+// delivered one. It trims exactly, as the Redis adapter does, so a group
+// that has read nothing keeps the whole stream and a stream without groups
+// is left alone.
+func (q *Queue) Trim(ctx context.Context, stream string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s, ok := q.streams[stream]
+	if !ok || len(s.groups) == 0 {
+		return nil
+	}
+	minID := queueEntryID{ms: math.MaxUint64, seq: math.MaxUint64}
+	for _, g := range s.groups {
+		need := g.lastDelivered.next()
+		// order is ascending: its first id still pending is the oldest.
+		for _, id := range g.order {
+			if _, ok := g.pending[id]; ok {
+				need = id
+				break
+			}
+		}
+		if compareQueueEntryIDs(need, minID) < 0 {
+			minID = need
+		}
+	}
+	i, _ := slices.BinarySearchFunc(s.entries, minID, func(e queueEntry, id queueEntryID) int {
+		return compareQueueEntryIDs(e.id, id)
+	})
+	if i > 0 {
+		// A copy, not a reslice: a stream trimmed on every tick would
+		// otherwise keep its history reachable until append reallocates.
+		s.entries = slices.Clone(s.entries[i:])
+	}
+	return nil
 }
 
 // Ping always succeeds: the queue lives in this process.

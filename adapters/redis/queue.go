@@ -1,9 +1,12 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,11 +20,6 @@ import (
 const (
 	// DefaultPrefix starts every key the queue writes.
 	DefaultPrefix = "dispatch:"
-	// DefaultMaxLen is the approximate length streams are trimmed to. It is
-	// far above any healthy backlog (entries are ids of a few dozen bytes,
-	// so a full stream is roughly 100 MB of Redis memory); see
-	// QueueOptions.MaxLen for what trimming risks.
-	DefaultMaxLen = 1_000_000
 	// DefaultBlockSlice is the longest single XREADGROUP BLOCK; see
 	// QueueOptions.BlockSlice.
 	DefaultBlockSlice = 100 * time.Millisecond
@@ -39,22 +37,24 @@ const reclaimPages = 8
 // asks for count <= 0.
 const defaultReclaimCount = 100
 
-// QueueOptions configures a Queue. The zero value is valid: default prefix,
-// no trimming, default block slice. DefaultQueueOptions is what production
-// should start from.
+// QueueOptions configures a Queue. The zero value is valid and means the
+// same as DefaultQueueOptions: default prefix, no MAXLEN cap, default block
+// slice.
 type QueueOptions struct {
 	// Prefix starts every key, so several deployments (or tests) can share
 	// one Redis. "" means DefaultPrefix. It must not contain '{' or '}',
 	// which would break the hash tag that follows it.
 	Prefix string
-	// MaxLen trims each stream to about this many entries on every XADD
-	// (MAXLEN ~, which Redis applies cheaply, whole macro-nodes at a time).
-	// Trimming drops the oldest entries whether or not a group has read or
-	// acknowledged them, so it can lose unprocessed entries, but only when
-	// the backlog exceeds MaxLen; PostgreSQL holds the state of every event
-	// and delivery, and the scheduler's outbox sweep re-enqueues what a
-	// stream lost, so trimming costs latency, never data. 0 disables
-	// trimming (streams then grow until Redis memory runs out).
+	// MaxLen, when above 0, caps each stream at about this many entries on
+	// every XADD (MAXLEN ~, which Redis applies cheaply, whole macro-nodes
+	// at a time). Streams are kept short by Trim, which removes only what
+	// every consumer group has acknowledged; MaxLen is an opt-in hard cap on
+	// Redis memory for when consumers fall far behind. Unlike Trim it drops
+	// the oldest entries whether or not a group has read or acknowledged
+	// them, so once the backlog exceeds MaxLen it drops unprocessed work.
+	// PostgreSQL holds the state of every event and delivery, and the
+	// scheduler's outbox sweep re-enqueues what a stream lost, so a cap
+	// costs latency, not data. 0, the default, leaves MAXLEN out.
 	MaxLen int64
 	// BlockSlice is the longest single server-side BLOCK of a Read; a longer
 	// block is waited out in slices. go-redis does not interrupt a blocked
@@ -66,9 +66,9 @@ type QueueOptions struct {
 }
 
 // DefaultQueueOptions returns the production defaults: DefaultPrefix,
-// DefaultMaxLen, DefaultBlockSlice.
+// DefaultBlockSlice, and no MAXLEN cap (streams are kept short by Trim).
 func DefaultQueueOptions() QueueOptions {
-	return QueueOptions{Prefix: DefaultPrefix, MaxLen: DefaultMaxLen, BlockSlice: DefaultBlockSlice}
+	return QueueOptions{Prefix: DefaultPrefix, BlockSlice: DefaultBlockSlice}
 }
 
 // Validate reports the first invalid option.
@@ -77,7 +77,7 @@ func (o QueueOptions) Validate() error {
 		return fmt.Errorf("redis queue: prefix must not contain '{' or '}', got %q", o.Prefix)
 	}
 	if o.MaxLen < 0 {
-		return fmt.Errorf("redis queue: max length must be >= 0 (0 disables trimming), got %d", o.MaxLen)
+		return fmt.Errorf("redis queue: max length must be >= 0 (0 leaves MAXLEN out), got %d", o.MaxLen)
 	}
 	if o.BlockSlice < 0 {
 		return fmt.Errorf("redis queue: block slice must be >= 0, got %s", o.BlockSlice)
@@ -86,8 +86,8 @@ func (o QueueOptions) Validate() error {
 }
 
 // Queue is ports.Queue on Redis Streams: one stream per queue stream, read
-// through consumer groups (XREADGROUP), acknowledged with XACK and reclaimed
-// with XAUTOCLAIM. Safe for concurrent use.
+// through consumer groups (XREADGROUP), acknowledged with XACK, reclaimed
+// with XAUTOCLAIM and trimmed with XTRIM MINID. Safe for concurrent use.
 type Queue struct {
 	client     goredis.UniversalClient
 	prefix     string
@@ -316,6 +316,92 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 	return msgs, nil
 }
 
+// Trim removes with XTRIM MINID the entries older than the oldest one some
+// consumer group still needs. For each group (XINFO GROUPS) that is its
+// oldest pending entry (the XPENDING summary's smallest id) or, with nothing
+// pending, the entry after its last-delivered-id, so a group that has read
+// nothing yet (last-delivered-id 0-0) keeps the whole stream. Redis 7's lag
+// is not used: it counts unread entries but not pending ones, and is
+// unknown (nil) after some deletions.
+//
+// Trimming is exact (MINID =, not ~). ~ removes whole macro-nodes only (100
+// entries by default), so a short stream would never shrink and what is
+// kept would differ from miniredis and the memory queue; exact trimming
+// costs at most one partial node more, and Trim runs once per scheduler
+// tick, not on every XADD.
+//
+// The groups are read before the trim, not atomically with it. That is
+// safe because what a group needs only moves forward: its last-delivered-id
+// grows, and new pending entries come after it. A group created meanwhile
+// sees the stream as trimmed, as if it had been created just after Trim.
+func (q *Queue) Trim(ctx context.Context, stream string) error {
+	key := q.key(stream)
+	groups, err := q.client.XInfoGroups(ctx, key).Result()
+	if isNoSuchKey(err) {
+		return nil // no stream, nothing to trim
+	}
+	if err != nil {
+		return fmt.Errorf("redis queue: trim %s: list groups: %w", key, interpretError(err))
+	}
+	if len(groups) == 0 {
+		return nil // without groups nobody has said what it is done with
+	}
+
+	// The smallest pending id, for the groups that have pending entries.
+	pending := make([]*goredis.XPendingCmd, len(groups))
+	pipe := q.client.Pipeline()
+	for i, g := range groups {
+		if g.Pending > 0 {
+			pending[i] = pipe.XPending(ctx, key, g.Name)
+		}
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+
+	minID := streamID{ms: math.MaxUint64, seq: math.MaxUint64}
+	for i, g := range groups {
+		need, err := parseStreamID(g.LastDeliveredID)
+		if err != nil {
+			return fmt.Errorf("redis queue: trim %s: group %s: last-delivered-id: %w", key, g.Name, err)
+		}
+		need = need.next()
+		if pending[i] != nil {
+			p, err := pending[i].Result()
+			switch {
+			case err == nil && p.Count > 0:
+				lower, err := parseStreamID(p.Lower)
+				if err != nil {
+					return fmt.Errorf("redis queue: trim %s: group %s: smallest pending id: %w", key, g.Name, err)
+				}
+				if lower.compare(need) < 0 {
+					need = lower
+				}
+			case err == nil, isNoGroup(err):
+				// Acknowledged or destroyed since XINFO GROUPS: the entry
+				// after last-delivered-id is still a safe bound.
+			default:
+				return fmt.Errorf("redis queue: trim %s: pending entries of %s: %w", key, g.Name, interpretError(err))
+			}
+		}
+		if need.compare(minID) < 0 {
+			minID = need
+		}
+	}
+	if minID.compare(streamID{seq: 1}) <= 0 {
+		return nil // some group has read nothing yet: keep everything
+	}
+	if err := q.client.XTrimMinID(ctx, key, minID.String()).Err(); err != nil {
+		return fmt.Errorf("redis queue: trim %s to %s: %w", key, minID, interpretError(err))
+	}
+	return nil
+}
+
+// isNoSuchKey reports XINFO's reply for a stream that does not exist.
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
+
 // Ping reports whether Redis answers.
 func (q *Queue) Ping(ctx context.Context) error {
 	if err := q.client.Ping(ctx).Err(); err != nil {
@@ -324,6 +410,9 @@ func (q *Queue) Ping(ctx context.Context) error {
 	return nil
 }
 
+// toMessages converts an XREADGROUP reply. An entry without the body field
+// (or with a non-string one) comes back with Body "" rather than failing
+// the batch, so the application can acknowledge and count it.
 func toMessages(streams []goredis.XStream) []ports.Message {
 	n := 0
 	for _, s := range streams {
@@ -348,6 +437,9 @@ type claimedEntry struct {
 // parseAutoclaim reads a raw XAUTOCLAIM reply: [next-cursor, [[id, [field,
 // value, ...]] ...], [deleted-id ...]]. go-redis's typed XAutoClaim
 // discards the deleted ids, which Reclaim needs, hence the raw command.
+// Only a malformed reply is an error; one odd entry never fails the page:
+// without the body field it comes back with Body "" (the application
+// acknowledges and counts it), and without a readable id it is skipped.
 func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted []string, err error) {
 	if len(reply) < 2 {
 		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM reply with %d elements", len(reply))
@@ -361,13 +453,16 @@ func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted [
 		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entries %T", reply[1])
 	}
 	for _, e := range entries {
+		// An entry without a readable id cannot be returned or acknowledged;
+		// skipping it keeps the rest of the page (the cursor moves past it
+		// either way) instead of failing every Reclaim from here on.
 		pair, ok := e.([]any)
 		if !ok || len(pair) < 1 {
-			return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entry %T", e)
+			continue
 		}
 		id, ok := pair[0].(string)
 		if !ok {
-			return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM entry id %T", pair[0])
+			continue
 		}
 		var fields any
 		if len(pair) > 1 {
@@ -414,5 +509,49 @@ func entryBody(fields any) (body string, present bool) {
 		return "", len(f) > 0
 	default:
 		return "", false
+	}
+}
+
+// streamID is a stream entry id, "<ms>-<seq>", ordered like Redis orders it.
+type streamID struct{ ms, seq uint64 }
+
+// parseStreamID accepts "<ms>-<seq>" and "<ms>" (miniredis reports a group
+// created at "0" with last-delivered-id "0").
+func parseStreamID(s string) (streamID, error) {
+	msPart, seqPart, hasSeq := strings.Cut(s, "-")
+	ms, err := strconv.ParseUint(msPart, 10, 64)
+	if err != nil {
+		return streamID{}, fmt.Errorf("invalid stream id %q", s)
+	}
+	var seq uint64
+	if hasSeq {
+		if seq, err = strconv.ParseUint(seqPart, 10, 64); err != nil {
+			return streamID{}, fmt.Errorf("invalid stream id %q", s)
+		}
+	}
+	return streamID{ms: ms, seq: seq}, nil
+}
+
+func (id streamID) String() string {
+	return strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq, 10)
+}
+
+func (id streamID) compare(other streamID) int {
+	if c := cmp.Compare(id.ms, other.ms); c != 0 {
+		return c
+	}
+	return cmp.Compare(id.seq, other.seq)
+}
+
+// next is the smallest id after id. The largest id has none and is returned
+// unchanged, which keeps one entry more than needed.
+func (id streamID) next() streamID {
+	switch {
+	case id.seq < math.MaxUint64:
+		return streamID{ms: id.ms, seq: id.seq + 1}
+	case id.ms < math.MaxUint64:
+		return streamID{ms: id.ms + 1}
+	default:
+		return id
 	}
 }

@@ -25,10 +25,13 @@ func newTestQueue(t testing.TB, client goredis.UniversalClient, opts QueueOption
 }
 
 // TestQueue runs the contract suite against the real Redis at REDIS_URL,
-// one key prefix per test.
+// one key prefix per test, with the production options. Trim is exact
+// (MINID =), so the suite checks it strictly.
 func TestQueue(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) ports.Queue {
-		return newTestQueue(t, redistest.Client(t), QueueOptions{Prefix: redistest.Prefix(t), MaxLen: DefaultMaxLen})
+		opts := DefaultQueueOptions()
+		opts.Prefix = redistest.Prefix(t)
+		return newTestQueue(t, redistest.Client(t), opts)
 	}, queuetest.Features{
 		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
 			rq := q.(*Queue)
@@ -57,7 +60,10 @@ func (m *miniQueue) advance(d time.Duration) {
 // instead of waiting for entries to idle. miniredis's XAUTOCLAIM skips
 // trimmed entries without reporting them (they stay in its pending list),
 // which is all the port lets the suite observe; TestQueueReclaimAcksTrimmedEntries
-// checks the pending list on real Redis.
+// checks the pending list on real Redis. miniredis implements what Trim
+// uses (XINFO GROUPS, XPENDING's summary, XTRIM MINID, which it always
+// applies exactly), so Trim is checked strictly here too; `dispatch dev`
+// runs this adapter on miniredis.
 func TestQueueMiniredis(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) ports.Queue {
 		mr, client := redistest.Mini(t)
@@ -130,11 +136,15 @@ func TestQueueTrimsApproximately(t *testing.T) {
 	assert.GreaterOrEqual(t, n, int64(100), "approximate trimming never goes below MaxLen")
 }
 
-// TestQueueNoTrimWhenMaxLenZero checks that MaxLen 0 leaves MAXLEN out.
+// TestQueueNoTrimWhenMaxLenZero checks that MaxLen 0, the default, leaves
+// MAXLEN out.
 func TestQueueNoTrimWhenMaxLenZero(t *testing.T) {
 	t.Parallel()
 	client := redistest.Client(t)
-	q := newTestQueue(t, client, QueueOptions{Prefix: redistest.Prefix(t)})
+	opts := DefaultQueueOptions()
+	require.Zero(t, opts.MaxLen, "streams are kept short by Trim, not MAXLEN")
+	opts.Prefix = redistest.Prefix(t)
+	q := newTestQueue(t, client, opts)
 	ctx := t.Context()
 	bodies := make([]string, 300)
 	for i := range bodies {
@@ -251,7 +261,9 @@ func mustGet(t *testing.T, db *miniredis.RedisDB, key string) string {
 
 func BenchmarkQueuePublish(b *testing.B) {
 	client := redistest.Client(b)
-	q := newTestQueue(b, client, QueueOptions{Prefix: redistest.Prefix(b), MaxLen: DefaultMaxLen})
+	opts := DefaultQueueOptions()
+	opts.Prefix = redistest.Prefix(b)
+	q := newTestQueue(b, client, opts)
 	ctx := b.Context()
 	batch := make([]string, 100)
 	for i := range batch {

@@ -37,6 +37,12 @@ type Features struct {
 	// checks that Reclaim acknowledges such an entry and does not return
 	// it. When nil that test is skipped.
 	DropEntryData func(t *testing.T, q ports.Queue, stream, id string)
+	// TrimApproximate says Trim may keep entries it could have removed, as
+	// the port allows (XTRIM ~ keeps whole macro-nodes). The suite then
+	// checks only that Trim keeps what it must. When false it also checks
+	// that Trim removes every entry before the oldest one a group still
+	// needs.
+	TrimApproximate bool
 }
 
 // Idle times the suite uses.
@@ -80,6 +86,11 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"ReclaimCount", s.testReclaimCount},
 		{"ReclaimUnknownGroup", s.testReclaimUnknownGroup},
 		{"ReclaimSkipsTrimmedEntries", s.testReclaimSkipsTrimmedEntries},
+		{"TrimRemovesAcknowledged", s.testTrimRemovesAcknowledged},
+		{"TrimKeepsUnread", s.testTrimKeepsUnread},
+		{"TrimKeepsPending", s.testTrimKeepsPending},
+		{"TrimWithoutGroups", s.testTrimWithoutGroups},
+		{"TrimMissingStream", s.testTrimMissingStream},
 		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
 		{"Ping", s.testPing},
 	}
@@ -458,6 +469,126 @@ func (s suite) testReclaimSkipsTrimmedEntries(t *testing.T) {
 	assert.Empty(t, after)
 }
 
+// remaining returns the bodies left in the stream, read through a new group
+// (which starts at the stream's start, so after the trimmed entries) and
+// acknowledged, so that the observer never holds a later Trim back.
+func remaining(t *testing.T, q ports.Queue, observer string) []string {
+	t.Helper()
+	ctx := ctxFor(t)
+	out := []string{}
+	for {
+		msgs, err := q.Read(ctx, streamName, observer, "observer", 100, 0)
+		require.NoError(t, err)
+		if len(msgs) == 0 {
+			return out
+		}
+		require.NoError(t, q.Ack(ctx, streamName, observer, idsOf(msgs)...))
+		out = append(out, bodiesOf(msgs)...)
+	}
+}
+
+// assertTrimmedTo checks that the stream holds exactly want after Trim, or,
+// for an approximate Trim, want preceded by entries it chose to keep.
+func (s suite) assertTrimmedTo(t *testing.T, q ports.Queue, observer string, want []string, msg string) {
+	t.Helper()
+	got := remaining(t, q, observer)
+	if !s.f.TrimApproximate {
+		assert.Equal(t, want, got, msg)
+		return
+	}
+	if assert.GreaterOrEqual(t, len(got), len(want), "%s: Trim removed an entry it had to keep", msg) {
+		assert.Equal(t, want, got[len(got)-len(want):], "%s: Trim removed an entry it had to keep", msg)
+	}
+}
+
+func (s suite) testTrimRemovesAcknowledged(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Publish(ctx, streamName, bodiesN("done-", 5)...))
+	for _, g := range []string{"g1", "g2"} {
+		got := readAll(t, q, streamName, g, "c", 5)
+		require.NoError(t, q.Ack(ctx, streamName, g, idsOf(got)...))
+	}
+	require.NoError(t, q.Trim(ctx, streamName))
+	s.assertTrimmedTo(t, q, "observer1", []string{}, "entries every group acknowledged must be removed")
+
+	// The trimmed stream and its groups carry on; ids keep growing.
+	require.NoError(t, q.Publish(ctx, streamName, "next"))
+	got := readAll(t, q, streamName, "g1", "c", 1)
+	assert.Equal(t, []string{"next"}, bodiesOf(got))
+	require.NoError(t, q.Ack(ctx, streamName, "g1", got[0].ID))
+	require.NoError(t, q.Trim(ctx, streamName))
+	got = readAll(t, q, streamName, "g2", "c", 1)
+	assert.Equal(t, []string{"next"}, bodiesOf(got), "an entry g2 had not read yet was trimmed")
+}
+
+func (s suite) testTrimKeepsUnread(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	// A group that has read nothing yet holds the whole stream.
+	msgs, err := q.Read(ctx, streamName, "lazy", "c", 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	all := bodiesN("unread-", 5)
+	require.NoError(t, q.Publish(ctx, streamName, all...))
+	fast := readAll(t, q, streamName, "fast", "c", 5)
+	require.NoError(t, q.Ack(ctx, streamName, "fast", idsOf(fast)...))
+
+	require.NoError(t, q.Trim(ctx, streamName))
+	s.assertTrimmedTo(t, q, "observer1", all, "a group that has read nothing must keep every entry")
+
+	lazy := readAll(t, q, streamName, "lazy", "c", 2)
+	assert.Equal(t, all[:2], bodiesOf(lazy))
+	require.NoError(t, q.Ack(ctx, streamName, "lazy", idsOf(lazy)...))
+	require.NoError(t, q.Trim(ctx, streamName))
+	s.assertTrimmedTo(t, q, "observer2", all[2:], "entries the lazy group has not read must be kept")
+	rest := readAll(t, q, streamName, "lazy", "c", 3)
+	assert.Equal(t, all[2:], bodiesOf(rest))
+}
+
+func (s suite) testTrimKeepsPending(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	all := bodiesN("pending-", 5)
+	require.NoError(t, q.Publish(ctx, streamName, all...))
+	dead := readAll(t, q, streamName, "g1", "dead", 5)
+	require.NoError(t, q.Ack(ctx, streamName, "g1", dead[0].ID, dead[2].ID, dead[3].ID, dead[4].ID))
+	other := readAll(t, q, streamName, "g2", "c", 5)
+	require.NoError(t, q.Ack(ctx, streamName, "g2", idsOf(other)...))
+
+	// Trimming removes the oldest entries only: those after the pending one
+	// stay too, although every group acknowledged them.
+	require.NoError(t, q.Trim(ctx, streamName))
+	s.assertTrimmedTo(t, q, "observer1", all[1:], "an entry pending in g1 must be kept")
+
+	minIdle := s.idleFor(t, q)
+	reclaimed := s.reclaimUntil(t, q, "g1", "rescuer", minIdle, 10, []string{dead[1].ID})
+	assert.Equal(t, []string{all[1]}, compactSet(bodiesOf(reclaimed)), "the pending entry keeps its body")
+
+	require.NoError(t, q.Ack(ctx, streamName, "g1", dead[1].ID))
+	require.NoError(t, q.Trim(ctx, streamName))
+	s.assertTrimmedTo(t, q, "observer2", []string{}, "once acknowledged, everything can go")
+}
+
+func (s suite) testTrimWithoutGroups(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	all := bodiesN("nogroup-", 3)
+	require.NoError(t, q.Publish(ctx, streamName, all...))
+	require.NoError(t, q.Trim(ctx, streamName))
+	got := readAll(t, q, streamName, "g", "c", 3)
+	assert.Equal(t, all, bodiesOf(got), "a stream without groups must be left alone")
+}
+
+func (s suite) testTrimMissingStream(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	require.NoError(t, q.Trim(ctx, "never-created"))
+	// A stream that exists only because a group was created on it.
+	msgs, err := q.Read(ctx, streamName, "g", "c", 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	require.NoError(t, q.Trim(ctx, streamName))
+	require.NoError(t, q.Publish(ctx, streamName, "after"))
+	got := readAll(t, q, streamName, "g", "c", 1)
+	assert.Equal(t, []string{"after"}, bodiesOf(got))
+}
+
 func (s suite) testConcurrent(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	const publishers, perPublisher, consumers = 4, 250, 3
@@ -474,7 +605,7 @@ func (s suite) testConcurrent(t *testing.T) {
 		once sync.Once
 	)
 	var wg sync.WaitGroup
-	errs := make(chan error, publishers+consumers)
+	errs := make(chan error, publishers+consumers+1)
 	for p := range publishers {
 		wg.Go(func() {
 			for i := 0; i < perPublisher; i += 25 {
@@ -521,6 +652,23 @@ func (s suite) testConcurrent(t *testing.T) {
 			}
 		})
 	}
+
+	// Trimming all along must never cost the group an entry it has not read.
+	wg.Go(func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-all:
+				return
+			case <-tick.C:
+			}
+			if err := q.Trim(ctx, streamName); err != nil {
+				errs <- fmt.Errorf("trim: %w", err)
+				return
+			}
+		}
+	})
 
 	stop := func() { once.Do(func() { close(all) }) }
 	select {
