@@ -32,7 +32,9 @@ type SubscriptionStore interface {
 	// domain.ErrNotFound when id does not exist.
 	UpdateSubscription(ctx context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error)
 	// DeleteSubscription removes id together with its deliveries and their
-	// attempts. Returns domain.ErrNotFound when id does not exist.
+	// attempts, and rolls up the status of the events those deliveries
+	// belonged to (an event whose other deliveries are all terminal becomes
+	// delivered or failed). Returns domain.ErrNotFound when id does not exist.
 	DeleteSubscription(ctx context.Context, id string) error
 	// ActiveSubscriptions returns every active subscription. Fan-out matches
 	// event types against them in memory.
@@ -52,11 +54,14 @@ type EventStore interface {
 	// GetEvents returns the events with the given ids that exist, in any
 	// order.
 	GetEvents(ctx context.Context, ids []string) ([]domain.Event, error)
-	// UnfannedEvents returns up to limit events that were created before
-	// olderThan and whose fan-out has not been recorded (CreateDeliveries
-	// was never called for them), oldest first. The outbox sweep re-enqueues
-	// them.
-	UnfannedEvents(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
+	// UnfannedEvents is the outbox sweep. It picks up to limit events whose
+	// fan-out has not been recorded (CreateDeliveries was never called for
+	// them) and that were neither created nor picked by an earlier sweep
+	// after now-requeueAfter, oldest first. It marks them picked at now and
+	// returns their ids, skipping rows another caller holds, so concurrent
+	// sweeps never return the same event and a slow fan-out is not flooded
+	// with copies.
+	UnfannedEvents(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
 }
 
 // DeliveryStore keeps deliveries and their attempts. All methods are safe
@@ -94,6 +99,33 @@ type DeliveryStore interface {
 	// EventAttempts returns every attempt of every delivery of eventID,
 	// ordered by delivery id then attempt number.
 	EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error)
+	// ReleaseDelivery stores a claimed delivery's new state without an
+	// attempt: a postponement (throttled, circuit open: status back to
+	// pending or retrying, a later NextAttemptAt, a Reason) or a settlement
+	// that needs no request (dead because the subscription is disabled). It
+	// writes Status, NextAttemptAt, Reason, LastError and UpdatedAt, clears
+	// the enqueued mark, and rolls the event's status up like RecordAttempt
+	// when the delivery became terminal. Returns domain.ErrNotFound when the
+	// delivery does not exist.
+	ReleaseDelivery(ctx context.Context, d domain.Delivery) error
+	// RetryDelivery makes a dead delivery, or a retrying one, due at now
+	// again (status retrying, NextAttemptAt now, Reason and enqueued mark
+	// cleared) and sets its event back to pending. The policy then grants it
+	// one more attempt. Returns the updated delivery, domain.ErrNotFound when
+	// it does not exist, and domain.ErrConflict when it is pending,
+	// delivering or delivered.
+	RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error)
+	// RecoverDeliveries does what RetryDelivery does to every dead delivery
+	// of subscriptionID whose last update (the moment it died) is at or after
+	// since, and returns their ids. Returns domain.ErrNotFound when the
+	// subscription does not exist.
+	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error)
+	// ListDeliveries returns up to p.Limit deliveries matching f with id >
+	// p.After, in id order. Zero fields of f match everything.
+	ListDeliveries(ctx context.Context, f DeliveryFilter, p Page) ([]domain.Delivery, error)
+	// DeliveryAttempts returns the attempts of delivery id in attempt order,
+	// or domain.ErrNotFound when the delivery does not exist.
+	DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error)
 	// DueDeliveries is the scheduler's scan. It picks up to limit
 	// non-terminal deliveries whose NextAttemptAt is at or before now and
 	// that were not enqueued after now-requeueAfter (a due retry, a delivery
@@ -102,6 +134,13 @@ type DeliveryStore interface {
 	// returns their ids, skipping rows another caller holds, so concurrent
 	// scans never return the same delivery.
 	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
+}
+
+// DeliveryFilter narrows ListDeliveries.
+type DeliveryFilter struct {
+	SubscriptionID string
+	EventID        string
+	Status         domain.DeliveryStatus
 }
 
 // FanOut is one event with the deliveries fan-out made for it.

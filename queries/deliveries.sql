@@ -116,24 +116,132 @@ JOIN inserted ON inserted.delivery_id = updated.id
 LEFT JOIN locked ON locked.id = updated.event_id;
 
 -- name: RollUpEventStatus :exec
--- Once every delivery of the event is terminal, the event is failed if any
--- is dead and delivered otherwise. Run after RecordAttempt locked the event,
--- in the same transaction, so this statement's snapshot includes every
--- delivery that finished before.
+-- Settles each listed event whose deliveries are all terminal: failed if any
+-- is dead, delivered otherwise (also when none is left, after a
+-- subscription's deliveries were deleted). Run in the transaction that
+-- locked the events (RecordAttempt, ReleaseDelivery, DeleteSubscription),
+-- as a statement of its own, so its snapshot includes every delivery that
+-- finished before the lock was granted.
 UPDATE events SET status = CASE
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = @id AND d.status = 'dead')
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 'dead')
         THEN 'failed' ELSE 'delivered' END
-WHERE events.id = @id
+WHERE events.id = ANY(@ids::text[])
+  AND events.fanned_out_at IS NOT NULL
   AND NOT EXISTS (
     SELECT 1 FROM deliveries d
-    WHERE d.event_id = @id AND d.status IN ('pending', 'retrying', 'delivering')
+    WHERE d.event_id = events.id AND d.status IN ('pending', 'retrying', 'delivering')
   );
+
+-- name: ReleaseDelivery :one
+-- A claimed delivery's new state without an attempt (a postponement, or a
+-- settlement that needs no request). Like RecordAttempt, it clears the
+-- enqueued mark and, with @lock_event, locks the event row for the roll-up.
+-- Returns no row when the delivery does not exist.
+WITH updated AS (
+    UPDATE deliveries SET
+        status = @status,
+        next_attempt_at = @next_attempt_at,
+        reason = @reason,
+        last_error = @last_error,
+        enqueued_at = NULL,
+        updated_at = @updated_at
+    WHERE deliveries.id = @id
+    RETURNING deliveries.event_id
+), locked AS (
+    SELECT events.id FROM events
+    WHERE @lock_event::boolean AND events.id = (SELECT updated.event_id FROM updated)
+    FOR UPDATE
+)
+SELECT updated.event_id
+FROM updated
+LEFT JOIN locked ON locked.id = updated.event_id;
+
+-- name: RetryDelivery :one
+-- Makes a dead or retrying delivery due at @now and its event pending again.
+-- The event row is updated even when it is already pending: that lock is
+-- what orders this statement against a concurrent roll-up (see
+-- RecordAttempt), so a roll-up that did not see the retry cannot leave the
+-- event failed after it. Returns no row when the delivery does not exist or
+-- is in another state.
+WITH retried AS (
+    UPDATE deliveries SET
+        status = 'retrying',
+        next_attempt_at = @now,
+        reason = '',
+        enqueued_at = NULL,
+        updated_at = @now
+    WHERE deliveries.id = @id AND deliveries.status IN ('dead', 'retrying')
+    RETURNING deliveries.*
+), reopened AS (
+    UPDATE events SET status = 'pending'
+    WHERE events.id = (SELECT retried.event_id FROM retried)
+)
+SELECT
+    retried.id, retried.event_id, retried.subscription_id, retried.status,
+    retried.attempts, retried.next_attempt_at, retried.last_status_code,
+    retried.last_error, retried.reason, retried.ordering_key,
+    retried.created_at, retried.updated_at
+FROM retried;
+
+-- name: RecoverDeliveries :one
+-- RetryDelivery for every dead delivery of a subscription that died at or
+-- after @since, in one statement. Deliveries and then events are locked in
+-- id order, so concurrent recoveries cannot deadlock; a delivery retried
+-- meanwhile fails the re-checked status and is skipped.
+-- subscription_found tells an unknown subscription from one with nothing
+-- to recover.
+WITH recovered AS (
+    UPDATE deliveries SET
+        status = 'retrying',
+        next_attempt_at = @now,
+        reason = '',
+        enqueued_at = NULL,
+        updated_at = @now
+    WHERE deliveries.id IN (
+        SELECT d.id FROM deliveries d
+        WHERE d.subscription_id = @subscription_id
+          AND d.status = 'dead'
+          AND d.updated_at >= @since
+        ORDER BY d.id
+        FOR UPDATE
+    )
+    AND deliveries.status = 'dead'
+    RETURNING deliveries.id, deliveries.event_id
+), reopened AS (
+    UPDATE events SET status = 'pending'
+    WHERE events.id IN (
+        SELECT e.id FROM events e
+        WHERE e.id IN (SELECT recovered.event_id FROM recovered)
+        ORDER BY e.id
+        FOR UPDATE
+    )
+)
+SELECT
+    EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = @subscription_id) AS subscription_found,
+    ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids;
 
 -- name: GetDelivery :one
 SELECT * FROM deliveries WHERE id = @id;
 
 -- name: EventDeliveries :many
 SELECT * FROM deliveries WHERE event_id = @event_id ORDER BY id;
+
+-- name: ListDeliveries :many
+-- One page of deliveries in id order; a NULL filter matches everything.
+-- PostgreSQL folds the NULL tests away when it plans with the values, so
+-- each combination of filters gets the index that fits it (see migration
+-- 00002). The store runs this query unprepared so that it always is planned
+-- with the values: a cached generic plan would keep the ORs and could not.
+SELECT * FROM deliveries
+WHERE id > @after
+  AND (sqlc.narg(subscription_id)::text IS NULL OR subscription_id = sqlc.narg(subscription_id)::text)
+  AND (sqlc.narg(event_id)::text IS NULL OR event_id = sqlc.narg(event_id)::text)
+  AND (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: DeliveryAttempts :many
+SELECT * FROM attempts WHERE delivery_id = @delivery_id ORDER BY attempt;
 
 -- name: EventAttempts :many
 SELECT a.* FROM attempts a

@@ -25,7 +25,24 @@ SELECT * FROM events WHERE id = @id;
 SELECT * FROM events WHERE id = ANY(@ids::text[]);
 
 -- name: UnfannedEvents :many
-SELECT id FROM events
-WHERE fanned_out_at IS NULL AND created_at < @older_than
-ORDER BY created_at, id
-LIMIT @max_rows;
+-- The outbox sweep: unfanned events neither created nor picked by an
+-- earlier sweep after @picked_before, oldest first, marked picked at @now.
+-- The creation time bounds the scan of events_unfanned_idx; the last pick,
+-- COALESCE(enqueued_at, created_at), is its third column, checked in the
+-- index. SKIP LOCKED lets sweeps run in parallel, and a row another sweep
+-- marked meanwhile fails the re-checked condition, so no event is returned
+-- twice.
+WITH picked AS (
+    SELECT e.id FROM events e
+    WHERE e.fanned_out_at IS NULL
+      AND e.created_at <= @picked_before::timestamptz
+      AND COALESCE(e.enqueued_at, e.created_at) <= @picked_before::timestamptz
+    ORDER BY e.created_at, e.id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE events SET enqueued_at = @now::timestamptz
+    FROM picked WHERE events.id = picked.id
+    RETURNING events.id, events.created_at
+)
+SELECT marked.id FROM marked ORDER BY marked.created_at, marked.id;

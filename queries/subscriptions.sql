@@ -47,6 +47,24 @@ UPDATE subscriptions SET
     updated_at = @updated_at
 WHERE id = @id;
 
--- name: DeleteSubscription :execrows
--- Deliveries and their attempts go with it (ON DELETE CASCADE).
-DELETE FROM subscriptions WHERE id = @id;
+-- name: LockSubscription :one
+-- Locks the row until the transaction ends. Deleting a subscription takes
+-- this lock first: it waits for fan-outs that are inserting deliveries to it
+-- (they hold a key-share lock through the foreign key) and makes later ones
+-- fail, so the deletion sees every delivery it removes.
+SELECT id FROM subscriptions WHERE id = @id FOR UPDATE;
+
+-- name: DeleteSubscription :many
+-- Removes the subscription and its deliveries (their attempts cascade), and
+-- returns the events that lost a delivery, locked in id order for the
+-- status roll-up (RollUpEventStatus) that follows in the same transaction.
+WITH removed AS (
+    DELETE FROM deliveries WHERE deliveries.subscription_id = @id
+    RETURNING deliveries.event_id
+), deleted AS (
+    DELETE FROM subscriptions WHERE subscriptions.id = @id
+)
+SELECT events.id FROM events
+WHERE events.id IN (SELECT removed.event_id FROM removed)
+ORDER BY events.id
+FOR UPDATE;

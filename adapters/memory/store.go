@@ -32,11 +32,12 @@ type Store struct {
 	attempts map[string][]domain.Attempt
 }
 
-// storedEvent is an event with the outbox flag PostgreSQL keeps in
-// events.fanned_out_at.
+// storedEvent is an event with the outbox state PostgreSQL keeps in
+// events.fanned_out_at and events.enqueued_at (zero until a sweep picks it).
 type storedEvent struct {
-	event     domain.Event
-	fannedOut bool
+	event      domain.Event
+	fannedOut  bool
+	enqueuedAt time.Time
 }
 
 // storedDelivery is a delivery with its enqueued mark (zero when cleared).
@@ -142,6 +143,7 @@ func (s *Store) DeleteSubscription(_ context.Context, id string) error {
 		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
 	}
 	delete(s.subscriptions, id)
+	touched := map[string]bool{}
 	for did, d := range s.deliveries {
 		if d.delivery.SubscriptionID != id {
 			continue
@@ -150,6 +152,10 @@ func (s *Store) DeleteSubscription(_ context.Context, id string) error {
 		delete(s.attempts, did)
 		eventID := d.delivery.EventID
 		s.eventDeliveries[eventID] = slices.DeleteFunc(s.eventDeliveries[eventID], func(x string) bool { return x == did })
+		touched[eventID] = true
+	}
+	for eventID := range touched {
+		s.rollUp(eventID)
 	}
 	return nil
 }
@@ -211,22 +217,26 @@ func (s *Store) GetEvents(_ context.Context, ids []string) ([]domain.Event, erro
 }
 
 // UnfannedEvents implements ports.EventStore.
-func (s *Store) UnfannedEvents(_ context.Context, olderThan time.Time, limit int) ([]string, error) {
-	olderThan = normalizeTime(olderThan)
+func (s *Store) UnfannedEvents(_ context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+	now = normalizeTime(now)
+	pickedBefore := normalizeTime(now.Add(-requeueAfter))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var found []domain.Event
+	var found []*storedEvent
 	for _, e := range s.events {
-		if !e.fannedOut && e.event.CreatedAt.Before(olderThan) {
-			found = append(found, e.event)
+		if e.fannedOut || e.event.CreatedAt.After(pickedBefore) || e.enqueuedAt.After(pickedBefore) {
+			continue
 		}
+		found = append(found, e)
 	}
-	slices.SortFunc(found, func(a, b domain.Event) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	slices.SortFunc(found, func(a, b *storedEvent) int {
+		return cmp.Or(a.event.CreatedAt.Compare(b.event.CreatedAt), cmp.Compare(a.event.ID, b.event.ID))
 	})
-	ids := make([]string, 0, min(len(found), max(limit, 0)))
-	for _, e := range found[:min(len(found), max(limit, 0))] {
-		ids = append(ids, e.ID)
+	found = found[:min(len(found), max(limit, 0))]
+	ids := make([]string, len(found))
+	for i, e := range found {
+		e.enqueuedAt = now
+		ids[i] = e.event.ID
 	}
 	return ids, nil
 }
@@ -327,23 +337,121 @@ func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Att
 	s.attempts[d.ID] = slices.Insert(attempts, i, a)
 
 	next := stored.delivery
-	next.Status = d.Status
 	next.Attempts = d.Attempts
-	next.NextAttemptAt = normalizeTime(d.NextAttemptAt)
 	next.LastStatusCode = d.LastStatusCode
+	s.storeState(stored, next, d)
+	return nil
+}
+
+// storeState stores next, with the fields RecordAttempt and ReleaseDelivery
+// both take from d, as stored's delivery, clears its enqueued mark and
+// settles its event when it became terminal.
+func (s *Store) storeState(stored *storedDelivery, next, d domain.Delivery) {
+	next.Status = d.Status
+	next.NextAttemptAt = normalizeTime(d.NextAttemptAt)
 	next.LastError = d.LastError
 	next.Reason = d.Reason
 	next.UpdatedAt = normalizeTime(d.UpdatedAt)
 	stored.delivery = next
 	stored.enqueuedAt = time.Time{}
-
 	if next.Status.Terminal() {
 		s.rollUp(next.EventID)
 	}
+}
+
+// ReleaseDelivery implements ports.DeliveryStore.
+func (s *Store) ReleaseDelivery(_ context.Context, d domain.Delivery) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stored, ok := s.deliveries[d.ID]
+	if !ok {
+		return fmt.Errorf("release delivery %s: %w", d.ID, domain.ErrNotFound)
+	}
+	s.storeState(stored, stored.delivery, d)
 	return nil
 }
 
-// rollUp settles the event's status once every delivery is terminal.
+// RetryDelivery implements ports.DeliveryStore.
+func (s *Store) RetryDelivery(_ context.Context, id string, now time.Time) (domain.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.deliveries[id]
+	if !ok {
+		return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w", id, domain.ErrNotFound)
+	}
+	if st := d.delivery.Status; st != domain.DeliveryDead && st != domain.DeliveryRetrying {
+		return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w: only a dead or retrying delivery can be retried", id, domain.ErrConflict)
+	}
+	s.retry(d, normalizeTime(now))
+	return d.delivery, nil
+}
+
+// retry makes d due at now and reopens its event.
+func (s *Store) retry(d *storedDelivery, now time.Time) {
+	d.delivery.Status = domain.DeliveryRetrying
+	d.delivery.NextAttemptAt = now
+	d.delivery.Reason = ""
+	d.delivery.UpdatedAt = now
+	d.enqueuedAt = time.Time{}
+	s.events[d.delivery.EventID].event.Status = domain.EventPending
+}
+
+// RecoverDeliveries implements ports.DeliveryStore.
+func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
+	since, now = normalizeTime(since), normalizeTime(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subscriptions[subscriptionID]; !ok {
+		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+	}
+	ids := []string{}
+	for _, id := range slices.Sorted(maps.Keys(s.deliveries)) {
+		d := s.deliveries[id]
+		if d.delivery.SubscriptionID != subscriptionID || d.delivery.Status != domain.DeliveryDead || d.delivery.UpdatedAt.Before(since) {
+			continue
+		}
+		s.retry(d, now)
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// ListDeliveries implements ports.DeliveryStore.
+func (s *Store) ListDeliveries(_ context.Context, f ports.DeliveryFilter, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries: limit must be at least 1, got %d", p.Limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []domain.Delivery{}
+	for _, id := range slices.Sorted(maps.Keys(s.deliveries)) {
+		if len(out) == p.Limit {
+			break
+		}
+		d := s.deliveries[id].delivery
+		if id <= p.After ||
+			(f.SubscriptionID != "" && d.SubscriptionID != f.SubscriptionID) ||
+			(f.EventID != "" && d.EventID != f.EventID) ||
+			(f.Status != "" && d.Status != f.Status) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// DeliveryAttempts implements ports.DeliveryStore.
+func (s *Store) DeliveryAttempts(_ context.Context, id string) ([]domain.Attempt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.deliveries[id]; !ok {
+		return nil, fmt.Errorf("list attempts of delivery %s: %w", id, domain.ErrNotFound)
+	}
+	return append([]domain.Attempt{}, s.attempts[id]...), nil
+}
+
+// rollUp settles the event's status once every delivery is terminal: failed
+// if any is dead, delivered otherwise (also when it has none left).
 func (s *Store) rollUp(eventID string) {
 	status := domain.EventDelivered
 	for _, did := range s.eventDeliveries[eventID] {

@@ -23,11 +23,14 @@ var _ ports.Store = (*Store)(nil)
 type Store struct {
 	pool    *pgxpool.Pool
 	queries *sqlcgen.Queries
+	// planned runs queries whose best plan depends on their parameter
+	// values (ListDeliveries' optional filters); see unprepared.
+	planned *sqlcgen.Queries
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, queries: sqlcgen.New(pool)}
+	return &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
 }
 
 // Ping reports whether PostgreSQL answers.
@@ -159,15 +162,27 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 	return updated, nil
 }
 
-// DeleteSubscription implements ports.SubscriptionStore; the schema's
-// cascades remove the deliveries and their attempts in the same statement.
+// DeleteSubscription implements ports.SubscriptionStore in one transaction:
+// it locks the subscription (so a fan-out inserting deliveries to it
+// finishes first, and later ones fail), deletes it with its deliveries
+// (their attempts cascade) while locking the events that lost one, and then
+// rolls those events up, like RecordAttempt, in a statement of its own.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	n, err := s.queries.DeleteSubscription(ctx, id)
+	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		if _, err := q.LockSubscription(ctx, id); err != nil {
+			return interpretError(err)
+		}
+		eventIDs, err := q.DeleteSubscription(ctx, id)
+		if err != nil {
+			return interpretError(err)
+		}
+		if len(eventIDs) == 0 {
+			return nil
+		}
+		return interpretError(q.RollUpEventStatus(ctx, eventIDs))
+	})
 	if err != nil {
-		return fmt.Errorf("delete subscription %s: %w", id, interpretError(err))
-	}
-	if n == 0 {
-		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
+		return fmt.Errorf("delete subscription %s: %w", id, err)
 	}
 	return nil
 }
@@ -249,14 +264,19 @@ func (s *Store) GetEvents(ctx context.Context, ids []string) ([]domain.Event, er
 	return events, nil
 }
 
-// UnfannedEvents implements ports.EventStore.
-func (s *Store) UnfannedEvents(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
+// UnfannedEvents implements ports.EventStore with one statement (see the
+// UnfannedEvents query for why concurrent sweeps never overlap).
+func (s *Store) UnfannedEvents(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
 	if limit < 1 {
 		return nil, nil
 	}
-	ids, err := s.queries.UnfannedEvents(ctx, sqlcgen.UnfannedEventsParams{OlderThan: olderThan, MaxRows: int32(limit)})
+	ids, err := s.queries.UnfannedEvents(ctx, sqlcgen.UnfannedEventsParams{
+		Now:          now,
+		PickedBefore: now.Add(-requeueAfter),
+		MaxRows:      int32(limit),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("scan unfanned events: %w", interpretError(err))
+		return nil, fmt.Errorf("sweep unfanned events: %w", interpretError(err))
 	}
 	return ids, nil
 }
@@ -355,12 +375,8 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now, leaseUntil ti
 }
 
 // RecordAttempt implements ports.DeliveryStore. The delivery update and the
-// attempt insert are one statement, which is all a retry needs. A terminal
-// outcome also rolls the event's status up: the first statement then locks
-// the event row too, and a second statement in the same transaction, with a
-// snapshot taken after the lock, settles the event. Of two deliveries that
-// finish at once, the second therefore sees the first, and the event does
-// not stay pending.
+// attempt insert are one statement, which is all a retry needs; a terminal
+// outcome also rolls the event's status up (see storeOutcome).
 func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
@@ -381,23 +397,156 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 		Duration:         interval(a.Duration),
 		AttemptCreatedAt: a.CreatedAt,
 	}
-	var err error
-	if !d.Status.Terminal() {
-		_, err = s.queries.RecordAttempt(ctx, params)
-	} else {
-		params.LockEvent = true
-		err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
-			eventID, err := q.RecordAttempt(ctx, params)
-			if err != nil {
-				return err
-			}
-			return q.RollUpEventStatus(ctx, eventID)
-		})
-	}
+	params.LockEvent = d.Status.Terminal()
+	err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (string, error) {
+		return q.RecordAttempt(ctx, params)
+	})
 	if err != nil {
 		return fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
 	}
 	return nil
+}
+
+// storeOutcome runs write, one statement that stores a delivery's new state
+// and returns its event's id. A non-terminal state needs nothing else. A
+// terminal one also settles the event: write then locks the event row too
+// (its lock_event parameter), and a second statement in the same
+// transaction, with a snapshot taken after the lock, rolls the event up. Of
+// two deliveries that finish at once, the second therefore sees the first,
+// and the event does not stay pending.
+func (s *Store) storeOutcome(ctx context.Context, terminal bool, write func(q *sqlcgen.Queries) (eventID string, err error)) error {
+	if !terminal {
+		_, err := write(s.queries)
+		return err
+	}
+	return s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		eventID, err := write(q)
+		if err != nil {
+			return err
+		}
+		return q.RollUpEventStatus(ctx, []string{eventID})
+	})
+}
+
+// ReleaseDelivery implements ports.DeliveryStore: a postponement is one
+// statement; a settlement also rolls the event up, as RecordAttempt does.
+func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) error {
+	params := sqlcgen.ReleaseDeliveryParams{
+		ID:            d.ID,
+		Status:        string(d.Status),
+		NextAttemptAt: d.NextAttemptAt,
+		Reason:        d.Reason,
+		LastError:     validText(d.LastError),
+		UpdatedAt:     d.UpdatedAt,
+		LockEvent:     d.Status.Terminal(),
+	}
+	err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (string, error) {
+		return q.ReleaseDelivery(ctx, params)
+	})
+	if err != nil {
+		return fmt.Errorf("release delivery %s: %w", d.ID, interpretError(err))
+	}
+	return nil
+}
+
+// RetryDelivery implements ports.DeliveryStore with one statement that
+// updates the delivery and reopens its event; only when nothing was updated
+// does a second query tell "does not exist" from "not retryable".
+func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error) {
+	row, err := s.queries.RetryDelivery(ctx, sqlcgen.RetryDeliveryParams{ID: id, Now: now})
+	if errors.Is(err, pgx.ErrNoRows) {
+		exists, err := s.queries.DeliveryExists(ctx, id)
+		switch {
+		case err != nil:
+			return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w", id, interpretError(err))
+		case !exists:
+			return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w", id, domain.ErrNotFound)
+		default:
+			return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w: only a dead or retrying delivery can be retried", id, domain.ErrConflict)
+		}
+	}
+	if err != nil {
+		return domain.Delivery{}, fmt.Errorf("retry delivery %s: %w", id, interpretError(err))
+	}
+	return toDelivery(sqlcgen.Delivery{
+		ID:             row.ID,
+		EventID:        row.EventID,
+		SubscriptionID: row.SubscriptionID,
+		Status:         row.Status,
+		Attempts:       row.Attempts,
+		NextAttemptAt:  row.NextAttemptAt,
+		LastStatusCode: row.LastStatusCode,
+		LastError:      row.LastError,
+		Reason:         row.Reason,
+		OrderingKey:    row.OrderingKey,
+		CreatedAt:      row.CreatedAt,
+		UpdatedAt:      row.UpdatedAt,
+	}), nil
+}
+
+// RecoverDeliveries implements ports.DeliveryStore with one statement (see
+// the RecoverDeliveries query).
+func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
+	row, err := s.queries.RecoverDeliveries(ctx, sqlcgen.RecoverDeliveriesParams{
+		SubscriptionID: subscriptionID,
+		Since:          since,
+		Now:            now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, interpretError(err))
+	}
+	if !row.SubscriptionFound {
+		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+	}
+	return nonNil(row.Ids), nil
+}
+
+// ListDeliveries implements ports.DeliveryStore. The query is planned with
+// its values on every call (see unprepared), so each combination of
+// filters uses the index that fits it.
+func (s *Store) ListDeliveries(ctx context.Context, f ports.DeliveryFilter, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries: limit must be at least 1, got %d", p.Limit)
+	}
+	rows, err := s.planned.ListDeliveries(ctx, sqlcgen.ListDeliveriesParams{
+		After:          p.After,
+		SubscriptionID: optionalText(f.SubscriptionID),
+		EventID:        optionalText(f.EventID),
+		Status:         optionalText(string(f.Status)),
+		MaxRows:        int32(p.Limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", interpretError(err))
+	}
+	out := make([]domain.Delivery, len(rows))
+	for i, row := range rows {
+		out[i] = toDelivery(row)
+	}
+	return out, nil
+}
+
+// DeliveryAttempts implements ports.DeliveryStore. Only when there are no
+// attempts does a second query tell a delivery without attempts from one
+// that does not exist.
+func (s *Store) DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error) {
+	rows, err := s.queries.DeliveryAttempts(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of delivery %s: %w", id, interpretError(err))
+	}
+	if len(rows) == 0 {
+		exists, err := s.queries.DeliveryExists(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("list attempts of delivery %s: %w", id, interpretError(err))
+		}
+		if !exists {
+			return nil, fmt.Errorf("list attempts of delivery %s: %w", id, domain.ErrNotFound)
+		}
+	}
+	out := make([]domain.Attempt, len(rows))
+	for i, row := range rows {
+		out[i] = toAttempt(row)
+	}
+	return out, nil
 }
 
 // GetDelivery implements ports.DeliveryStore.

@@ -56,7 +56,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Empty(t, none)
 
-		unfanned, err := f.store.UnfannedEvents(f.ctx, base.Add(time.Hour), 10)
+		unfanned, err := f.store.UnfannedEvents(f.ctx, base.Add(time.Hour), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, unfanned, "every event's fan-out is recorded")
 	})

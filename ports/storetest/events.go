@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,10 +161,69 @@ func testEvents(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.Empty(t, got)
 	})
 
-	t.Run("UnfannedEventsOldestFirst", func(t *testing.T) {
+	t.Run("UnfannedEventsPicksWhatNoSweepTookRecently", func(t *testing.T) {
+		t.Parallel()
+		// Each case is one event in a store of its own, swept at now.
+		now := base.Add(time.Hour)
+		cutoff := now.Add(-requeueAfter)
+		cases := []struct {
+			name    string
+			created time.Time
+			// pickedAt, when set, is when an earlier sweep picked the event.
+			pickedAt time.Time
+			// fanOut records the event's fan-out: with a delivery, or with
+			// nothing to deliver.
+			fanOut   bool
+			noTarget bool
+			want     bool
+		}{
+			{name: "created long ago, never picked", created: base, want: true},
+			{name: "created exactly requeueAfter ago", created: cutoff, want: true},
+			{name: "created within requeueAfter (its append may still be on its way)", created: cutoff.Add(time.Microsecond)},
+			{name: "created after now", created: now.Add(time.Second)},
+			{name: "picked before the window", created: base, pickedAt: cutoff.Add(-time.Second), want: true},
+			{name: "picked exactly requeueAfter ago", created: base, pickedAt: cutoff, want: true},
+			{name: "picked within the window", created: base, pickedAt: cutoff.Add(time.Microsecond)},
+			{name: "picked at now", created: base, pickedAt: now},
+			{name: "fanned out with deliveries", created: base, fanOut: true},
+			{name: "fanned out with nothing to deliver", created: base, fanOut: true, noTarget: true},
+			{name: "fanned out after a sweep picked it", created: base, pickedAt: cutoff.Add(-time.Second), fanOut: true},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				f := newFixture(t, newStore)
+				e := f.event(func(e *domain.Event) {
+					e.CreatedAt = tc.created
+					e.ID = domain.MustNewID(domain.EventIDPrefix, tc.created)
+				})
+				if !tc.pickedAt.IsZero() {
+					picked, err := f.store.UnfannedEvents(f.ctx, tc.pickedAt, tc.pickedAt.Sub(tc.created), 10)
+					require.NoError(t, err)
+					require.Equal(t, []string{e.ID}, picked, "the earlier sweep")
+				}
+				if tc.fanOut {
+					fo := ports.FanOut{EventID: e.ID}
+					if !tc.noTarget {
+						fo.Deliveries = []domain.Delivery{newDelivery(e, f.subscription(), tc.created)}
+					}
+					_, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{fo})
+					require.NoError(t, err)
+				}
+				got, err := f.store.UnfannedEvents(f.ctx, now, requeueAfter, 10)
+				require.NoError(t, err)
+				if tc.want {
+					assert.Equal(t, []string{e.ID}, got)
+				} else {
+					assert.Empty(t, got)
+				}
+			})
+		}
+	})
+
+	t.Run("UnfannedEventsOldestFirstUpToLimit", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)
-		sub := f.subscription()
 		at := func(d time.Duration) domain.Event {
 			return f.event(func(e *domain.Event) {
 				e.CreatedAt = base.Add(d)
@@ -173,24 +233,93 @@ func testEvents(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		// Created out of order, to show the order is by creation time.
 		third := at(-1 * time.Minute)
 		first := at(-3 * time.Minute)
-		fannedOut := at(-4 * time.Minute)
+		fourth := at(-30 * time.Second)
 		second := at(-2 * time.Minute)
-		nothingToDo := at(-5 * time.Minute)
-		atCutoff := at(0)
-		at(time.Minute) // too young
 
-		f.fanOut(fannedOut, base, sub)
-		_, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: nothingToDo.ID}})
+		now := base.Add(time.Hour)
+		got, err := f.store.UnfannedEvents(f.ctx, now, requeueAfter, 2)
 		require.NoError(t, err)
+		assert.Equal(t, []string{first.ID, second.ID}, got, "oldest first, at most limit")
+		got, err = f.store.UnfannedEvents(f.ctx, now, requeueAfter, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{third.ID, fourth.ID}, got, "the next sweep goes on where the picked ones end")
+		got, err = f.store.UnfannedEvents(f.ctx, now, requeueAfter, 0)
+		require.NoError(t, err)
+		assert.Empty(t, got, "limit 0")
+	})
 
-		got, err := f.store.UnfannedEvents(f.ctx, base, 10)
+	t.Run("UnfannedEventsMarksWhatItReturns", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		e := f.event()
+		now := base.Add(time.Hour)
+		steps := []struct {
+			name string
+			at   time.Time
+			want []string
+		}{
+			{"the first sweep picks it", now, []string{e.ID}},
+			{"the next one does not flood the fan-out with a copy", now, nil},
+			{"nor does one within requeueAfter of the pick", now.Add(requeueAfter - time.Microsecond), nil},
+			{"its fan-out is overdue requeueAfter after the pick: picked again", now.Add(requeueAfter), []string{e.ID}},
+			{"and marked again", now.Add(requeueAfter), nil},
+		}
+		for _, step := range steps {
+			got, err := f.store.UnfannedEvents(f.ctx, step.at, requeueAfter, 10)
+			require.NoError(t, err, step.name)
+			if step.want == nil {
+				assert.Empty(t, got, step.name)
+			} else {
+				assert.Equal(t, step.want, got, step.name)
+			}
+		}
+		_, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID}})
 		require.NoError(t, err)
-		assert.Equal(t, []string{first.ID, second.ID, third.ID}, got,
-			"events created before olderThan and never fanned out, oldest first")
-		assert.NotContains(t, got, atCutoff.ID, "olderThan is exclusive")
+		got, err := f.store.UnfannedEvents(f.ctx, now.Add(24*time.Hour), requeueAfter, 10)
+		require.NoError(t, err)
+		assert.Empty(t, got, "a picked event leaves the outbox once its fan-out is recorded")
+	})
 
-		got, err = f.store.UnfannedEvents(f.ctx, base, 2)
+	t.Run("ConcurrentSweepsNeverShareAnEvent", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		const total = 120
+		var want []string
+		for range total {
+			want = append(want, f.event().ID)
+		}
+		now := base.Add(time.Hour)
+		const sweepers = 6
+		var wg sync.WaitGroup
+		results := make([][]string, sweepers)
+		errs := make([]error, sweepers)
+		for i := range sweepers {
+			wg.Go(func() {
+				// More sweeps than it takes to drain the outbox alone end a
+				// sweeper that keeps getting events (a sweep that does not
+				// mark them); the assertions below then report duplicates.
+				for range total {
+					got, err := f.store.UnfannedEvents(f.ctx, now, requeueAfter, 7)
+					if err != nil || len(got) == 0 {
+						errs[i] = err
+						return
+					}
+					results[i] = append(results[i], got...)
+				}
+			})
+		}
+		wg.Wait()
+		var all []string
+		for i := range sweepers {
+			require.NoError(t, errs[i], "sweeper %d", i)
+			all = append(all, results[i]...)
+		}
+		rest, err := f.store.UnfannedEvents(f.ctx, now, requeueAfter, total)
 		require.NoError(t, err)
-		assert.Equal(t, []string{first.ID, second.ID}, got, "limit")
+		all = append(all, rest...)
+		slices.Sort(all)
+		assert.Len(t, slices.Compact(slices.Clone(all)), len(all), "an event was returned by two sweeps")
+		slices.Sort(want)
+		assert.Equal(t, want, all, "every unfanned event is returned exactly once")
 	})
 }

@@ -259,4 +259,57 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.NoError(t, err, "the event stays")
 		assert.ErrorIs(t, f.store.DeleteSubscription(f.ctx, gone.ID), domain.ErrNotFound, "a second delete")
 	})
+	t.Run("DeleteRollsUpTheEventsThatLostADelivery", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		gone, kept := f.subscription(), f.subscription()
+		// Each case is an event with a delivery to gone in state removed
+		// and, when other is set, one to kept in that state.
+		cases := []struct {
+			name    string
+			removed domain.DeliveryStatus
+			other   domain.DeliveryStatus
+			want    domain.EventStatus
+		}{
+			{name: "the rest delivered", removed: domain.DeliveryPending, other: domain.DeliveryDelivered, want: domain.EventDelivered},
+			{name: "the rest dead", removed: domain.DeliveryRetrying, other: domain.DeliveryDead, want: domain.EventFailed},
+			{name: "the removed one was the dead one", removed: domain.DeliveryDead, other: domain.DeliveryDelivered, want: domain.EventDelivered},
+			{name: "the rest still in flight", removed: domain.DeliveryDelivering, other: domain.DeliveryRetrying, want: domain.EventPending},
+			{name: "the rest still pending", removed: domain.DeliveryDead, other: domain.DeliveryPending, want: domain.EventPending},
+			{name: "no delivery left", removed: domain.DeliveryRetrying, want: domain.EventDelivered},
+			{name: "no delivery left, the removed one dead", removed: domain.DeliveryDead, want: domain.EventDelivered},
+		}
+		settle := func(d domain.Delivery, status domain.DeliveryStatus) {
+			switch status {
+			case domain.DeliveryPending:
+			case domain.DeliveryDelivering:
+				f.claim(d, base)
+			default:
+				f.record(f.claim(d, base), base, outcome{status: status, statusCode: 500, next: base.Add(time.Minute)})
+			}
+		}
+		events := make([]domain.Event, len(cases))
+		for i, tc := range cases {
+			events[i] = f.event()
+			subs := []domain.Subscription{gone}
+			if tc.other != "" {
+				subs = append(subs, kept)
+			}
+			ds := f.fanOut(events[i], base, subs...)
+			if tc.other != "" {
+				settle(ds[1], tc.other)
+			}
+			settle(ds[0], tc.removed)
+		}
+		// An event gone has no delivery of stays as it was.
+		untouched := f.event()
+		d := f.fanOut(untouched, base, kept)[0]
+		f.record(f.claim(d, base), base, outcome{status: domain.DeliveryDead, statusCode: 400})
+
+		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		for i, tc := range cases {
+			assertEventStatus(t, f, events[i].ID, tc.want, tc.name)
+		}
+		assertEventStatus(t, f, untouched.ID, domain.EventFailed, "an event that lost nothing")
+	})
 }

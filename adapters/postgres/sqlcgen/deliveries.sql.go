@@ -28,7 +28,7 @@ SELECT
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
     claimed.created_at, claimed.updated_at,
-    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.status, events.fanned_out_at, events.created_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
+    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.status, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
 FROM claimed
 JOIN events ON events.id = claimed.event_id
 JOIN subscriptions ON subscriptions.id = claimed.subscription_id
@@ -85,6 +85,7 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.Event.Status,
 		&i.Event.FannedOutAt,
 		&i.Event.CreatedAt,
+		&i.Event.EnqueuedAt,
 		&i.Subscription.ID,
 		&i.Subscription.Url,
 		&i.Subscription.EventTypes,
@@ -104,6 +105,39 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.Subscription.UpdatedAt,
 	)
 	return i, err
+}
+
+const deliveryAttempts = `-- name: DeliveryAttempts :many
+SELECT delivery_id, subscription_id, attempt, status_code, response_body, error, duration, created_at FROM attempts WHERE delivery_id = $1 ORDER BY attempt
+`
+
+func (q *Queries) DeliveryAttempts(ctx context.Context, deliveryID string) ([]Attempt, error) {
+	rows, err := q.db.Query(ctx, deliveryAttempts, deliveryID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Attempt{}
+	for rows.Next() {
+		var i Attempt
+		if err := rows.Scan(
+			&i.DeliveryID,
+			&i.SubscriptionID,
+			&i.Attempt,
+			&i.StatusCode,
+			&i.ResponseBody,
+			&i.Error,
+			&i.Duration,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const deliveryExists = `-- name: DeliveryExists :one
@@ -360,6 +394,69 @@ func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) 
 	return i, err
 }
 
+const listDeliveries = `-- name: ListDeliveries :many
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries
+WHERE id > $1
+  AND ($2::text IS NULL OR subscription_id = $2::text)
+  AND ($3::text IS NULL OR event_id = $3::text)
+  AND ($4::text IS NULL OR status = $4::text)
+ORDER BY id
+LIMIT $5
+`
+
+type ListDeliveriesParams struct {
+	After          string
+	SubscriptionID pgtype.Text
+	EventID        pgtype.Text
+	Status         pgtype.Text
+	MaxRows        int32
+}
+
+// One page of deliveries in id order; a NULL filter matches everything.
+// PostgreSQL folds the NULL tests away when it plans with the values, so
+// each combination of filters gets the index that fits it (see migration
+// 00002). The store runs this query unprepared so that it always is planned
+// with the values: a cached generic plan would keep the ORs and could not.
+func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) ([]Delivery, error) {
+	rows, err := q.db.Query(ctx, listDeliveries,
+		arg.After,
+		arg.SubscriptionID,
+		arg.EventID,
+		arg.Status,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Delivery{}
+	for rows.Next() {
+		var i Delivery
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.SubscriptionID,
+			&i.Status,
+			&i.Attempts,
+			&i.NextAttemptAt,
+			&i.EnqueuedAt,
+			&i.LastStatusCode,
+			&i.LastError,
+			&i.Reason,
+			&i.OrderingKey,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const recordAttempt = `-- name: RecordAttempt :one
 WITH updated AS (
     UPDATE deliveries SET
@@ -442,22 +539,199 @@ func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (s
 	return event_id, err
 }
 
+const recoverDeliveries = `-- name: RecoverDeliveries :one
+WITH recovered AS (
+    UPDATE deliveries SET
+        status = 'retrying',
+        next_attempt_at = $2,
+        reason = '',
+        enqueued_at = NULL,
+        updated_at = $2
+    WHERE deliveries.id IN (
+        SELECT d.id FROM deliveries d
+        WHERE d.subscription_id = $1
+          AND d.status = 'dead'
+          AND d.updated_at >= $3
+        ORDER BY d.id
+        FOR UPDATE
+    )
+    AND deliveries.status = 'dead'
+    RETURNING deliveries.id, deliveries.event_id
+), reopened AS (
+    UPDATE events SET status = 'pending'
+    WHERE events.id IN (
+        SELECT e.id FROM events e
+        WHERE e.id IN (SELECT recovered.event_id FROM recovered)
+        ORDER BY e.id
+        FOR UPDATE
+    )
+)
+SELECT
+    EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = $1) AS subscription_found,
+    ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids
+`
+
+type RecoverDeliveriesParams struct {
+	SubscriptionID string
+	Now            time.Time
+	Since          time.Time
+}
+
+type RecoverDeliveriesRow struct {
+	SubscriptionFound bool
+	Ids               []string
+}
+
+// RetryDelivery for every dead delivery of a subscription that died at or
+// after @since, in one statement. Deliveries and then events are locked in
+// id order, so concurrent recoveries cannot deadlock; a delivery retried
+// meanwhile fails the re-checked status and is skipped.
+// subscription_found tells an unknown subscription from one with nothing
+// to recover.
+func (q *Queries) RecoverDeliveries(ctx context.Context, arg RecoverDeliveriesParams) (RecoverDeliveriesRow, error) {
+	row := q.db.QueryRow(ctx, recoverDeliveries, arg.SubscriptionID, arg.Now, arg.Since)
+	var i RecoverDeliveriesRow
+	err := row.Scan(&i.SubscriptionFound, &i.Ids)
+	return i, err
+}
+
+const releaseDelivery = `-- name: ReleaseDelivery :one
+WITH updated AS (
+    UPDATE deliveries SET
+        status = $1,
+        next_attempt_at = $2,
+        reason = $3,
+        last_error = $4,
+        enqueued_at = NULL,
+        updated_at = $5
+    WHERE deliveries.id = $6
+    RETURNING deliveries.event_id
+), locked AS (
+    SELECT events.id FROM events
+    WHERE $7::boolean AND events.id = (SELECT updated.event_id FROM updated)
+    FOR UPDATE
+)
+SELECT updated.event_id
+FROM updated
+LEFT JOIN locked ON locked.id = updated.event_id
+`
+
+type ReleaseDeliveryParams struct {
+	Status        string
+	NextAttemptAt time.Time
+	Reason        string
+	LastError     string
+	UpdatedAt     time.Time
+	ID            string
+	LockEvent     bool
+}
+
+// A claimed delivery's new state without an attempt (a postponement, or a
+// settlement that needs no request). Like RecordAttempt, it clears the
+// enqueued mark and, with @lock_event, locks the event row for the roll-up.
+// Returns no row when the delivery does not exist.
+func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams) (string, error) {
+	row := q.db.QueryRow(ctx, releaseDelivery,
+		arg.Status,
+		arg.NextAttemptAt,
+		arg.Reason,
+		arg.LastError,
+		arg.UpdatedAt,
+		arg.ID,
+		arg.LockEvent,
+	)
+	var event_id string
+	err := row.Scan(&event_id)
+	return event_id, err
+}
+
+const retryDelivery = `-- name: RetryDelivery :one
+WITH retried AS (
+    UPDATE deliveries SET
+        status = 'retrying',
+        next_attempt_at = $1,
+        reason = '',
+        enqueued_at = NULL,
+        updated_at = $1
+    WHERE deliveries.id = $2 AND deliveries.status IN ('dead', 'retrying')
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
+), reopened AS (
+    UPDATE events SET status = 'pending'
+    WHERE events.id = (SELECT retried.event_id FROM retried)
+)
+SELECT
+    retried.id, retried.event_id, retried.subscription_id, retried.status,
+    retried.attempts, retried.next_attempt_at, retried.last_status_code,
+    retried.last_error, retried.reason, retried.ordering_key,
+    retried.created_at, retried.updated_at
+FROM retried
+`
+
+type RetryDeliveryParams struct {
+	Now time.Time
+	ID  string
+}
+
+type RetryDeliveryRow struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	Status         string
+	Attempts       int32
+	NextAttemptAt  time.Time
+	LastStatusCode pgtype.Int4
+	LastError      string
+	Reason         string
+	OrderingKey    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Makes a dead or retrying delivery due at @now and its event pending again.
+// The event row is updated even when it is already pending: that lock is
+// what orders this statement against a concurrent roll-up (see
+// RecordAttempt), so a roll-up that did not see the retry cannot leave the
+// event failed after it. Returns no row when the delivery does not exist or
+// is in another state.
+func (q *Queries) RetryDelivery(ctx context.Context, arg RetryDeliveryParams) (RetryDeliveryRow, error) {
+	row := q.db.QueryRow(ctx, retryDelivery, arg.Now, arg.ID)
+	var i RetryDeliveryRow
+	err := row.Scan(
+		&i.ID,
+		&i.EventID,
+		&i.SubscriptionID,
+		&i.Status,
+		&i.Attempts,
+		&i.NextAttemptAt,
+		&i.LastStatusCode,
+		&i.LastError,
+		&i.Reason,
+		&i.OrderingKey,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const rollUpEventStatus = `-- name: RollUpEventStatus :exec
 UPDATE events SET status = CASE
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = $1 AND d.status = 'dead')
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 'dead')
         THEN 'failed' ELSE 'delivered' END
-WHERE events.id = $1
+WHERE events.id = ANY($1::text[])
+  AND events.fanned_out_at IS NOT NULL
   AND NOT EXISTS (
     SELECT 1 FROM deliveries d
-    WHERE d.event_id = $1 AND d.status IN ('pending', 'retrying', 'delivering')
+    WHERE d.event_id = events.id AND d.status IN ('pending', 'retrying', 'delivering')
   )
 `
 
-// Once every delivery of the event is terminal, the event is failed if any
-// is dead and delivered otherwise. Run after RecordAttempt locked the event,
-// in the same transaction, so this statement's snapshot includes every
-// delivery that finished before.
-func (q *Queries) RollUpEventStatus(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, rollUpEventStatus, id)
+// Settles each listed event whose deliveries are all terminal: failed if any
+// is dead, delivered otherwise (also when none is left, after a
+// subscription's deliveries were deleted). Run in the transaction that
+// locked the events (RecordAttempt, ReleaseDelivery, DeleteSubscription),
+// as a statement of its own, so its snapshot includes every delivery that
+// finished before the lock was granted.
+func (q *Queries) RollUpEventStatus(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, rollUpEventStatus, ids)
 	return err
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const eventByIdempotencyKey = `-- name: EventByIdempotencyKey :one
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at FROM events WHERE idempotency_key = $1::text
+SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE idempotency_key = $1::text
 `
 
 func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (Event, error) {
@@ -29,12 +29,13 @@ func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey stri
 		&i.Status,
 		&i.FannedOutAt,
 		&i.CreatedAt,
+		&i.EnqueuedAt,
 	)
 	return i, err
 }
 
 const getEvent = `-- name: GetEvent :one
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at FROM events WHERE id = $1
+SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE id = $1
 `
 
 func (q *Queries) GetEvent(ctx context.Context, id string) (Event, error) {
@@ -50,12 +51,13 @@ func (q *Queries) GetEvent(ctx context.Context, id string) (Event, error) {
 		&i.Status,
 		&i.FannedOutAt,
 		&i.CreatedAt,
+		&i.EnqueuedAt,
 	)
 	return i, err
 }
 
 const getEvents = `-- name: GetEvents :many
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at FROM events WHERE id = ANY($1::text[])
+SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE id = ANY($1::text[])
 `
 
 func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]Event, error) {
@@ -77,6 +79,7 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]Event, error) 
 			&i.Status,
 			&i.FannedOutAt,
 			&i.CreatedAt,
+			&i.EnqueuedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -147,19 +150,37 @@ func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, arg ReleaseIdempote
 }
 
 const unfannedEvents = `-- name: UnfannedEvents :many
-SELECT id FROM events
-WHERE fanned_out_at IS NULL AND created_at < $1
-ORDER BY created_at, id
-LIMIT $2
+WITH picked AS (
+    SELECT e.id FROM events e
+    WHERE e.fanned_out_at IS NULL
+      AND e.created_at <= $1::timestamptz
+      AND COALESCE(e.enqueued_at, e.created_at) <= $1::timestamptz
+    ORDER BY e.created_at, e.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE events SET enqueued_at = $3::timestamptz
+    FROM picked WHERE events.id = picked.id
+    RETURNING events.id, events.created_at
+)
+SELECT marked.id FROM marked ORDER BY marked.created_at, marked.id
 `
 
 type UnfannedEventsParams struct {
-	OlderThan time.Time
-	MaxRows   int32
+	PickedBefore time.Time
+	MaxRows      int32
+	Now          time.Time
 }
 
+// The outbox sweep: unfanned events neither created nor picked by an
+// earlier sweep after @picked_before, oldest first, marked picked at @now.
+// The creation time bounds the scan of events_unfanned_idx; the last pick,
+// COALESCE(enqueued_at, created_at), is its third column, checked in the
+// index. SKIP LOCKED lets sweeps run in parallel, and a row another sweep
+// marked meanwhile fails the re-checked condition, so no event is returned
+// twice.
 func (q *Queries) UnfannedEvents(ctx context.Context, arg UnfannedEventsParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, unfannedEvents, arg.OlderThan, arg.MaxRows)
+	rows, err := q.db.Query(ctx, unfannedEvents, arg.PickedBefore, arg.MaxRows, arg.Now)
 	if err != nil {
 		return nil, err
 	}

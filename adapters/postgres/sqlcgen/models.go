@@ -47,6 +47,7 @@ type Event struct {
 	Status         string
 	FannedOutAt    pgtype.Timestamptz
 	CreatedAt      time.Time
+	EnqueuedAt     pgtype.Timestamptz
 }
 
 type Subscription struct {

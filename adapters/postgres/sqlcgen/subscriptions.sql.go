@@ -111,17 +111,40 @@ func (q *Queries) CreateSubscription(ctx context.Context, arg CreateSubscription
 	return err
 }
 
-const deleteSubscription = `-- name: DeleteSubscription :execrows
-DELETE FROM subscriptions WHERE id = $1
+const deleteSubscription = `-- name: DeleteSubscription :many
+WITH removed AS (
+    DELETE FROM deliveries WHERE deliveries.subscription_id = $1
+    RETURNING deliveries.event_id
+), deleted AS (
+    DELETE FROM subscriptions WHERE subscriptions.id = $1
+)
+SELECT events.id FROM events
+WHERE events.id IN (SELECT removed.event_id FROM removed)
+ORDER BY events.id
+FOR UPDATE
 `
 
-// Deliveries and their attempts go with it (ON DELETE CASCADE).
-func (q *Queries) DeleteSubscription(ctx context.Context, id string) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteSubscription, id)
+// Removes the subscription and its deliveries (their attempts cascade), and
+// returns the events that lost a delivery, locked in id order for the
+// status roll-up (RollUpEventStatus) that follows in the same transaction.
+func (q *Queries) DeleteSubscription(ctx context.Context, id string) ([]string, error) {
+	rows, err := q.db.Query(ctx, deleteSubscription, id)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getSubscription = `-- name: GetSubscription :one
@@ -232,6 +255,21 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockSubscription = `-- name: LockSubscription :one
+SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE
+`
+
+// Locks the row until the transaction ends. Deleting a subscription takes
+// this lock first: it waits for fan-outs that are inserting deliveries to it
+// (they hold a key-share lock through the foreign key) and makes later ones
+// fail, so the deletion sees every delivery it removes.
+func (q *Queries) LockSubscription(ctx context.Context, id string) (string, error) {
+	row := q.db.QueryRow(ctx, lockSubscription, id)
+	var id_2 string
+	err := row.Scan(&id_2)
+	return id_2, err
 }
 
 const updateSubscription = `-- name: UpdateSubscription :exec

@@ -1,0 +1,53 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
+)
+
+// unprepared runs queries as unnamed statements, which PostgreSQL plans
+// with the parameter values of each execution. pgx's default caches a
+// prepared statement per connection, and after five executions PostgreSQL
+// may switch such a statement to a generic plan, made without the values.
+// That is right for the hot path's fixed-shape queries and wrong for a query
+// like ListDeliveries, whose optional filters ($1 IS NULL OR col = $1) fold
+// away only when the values are known: a generic plan keeps the ORs and can
+// use no index but the primary key. The price is a parse per call, which
+// only listings pay.
+type unprepared struct {
+	db   sqlcgen.DBTX
+	mode pgx.QueryExecMode
+}
+
+// newUnprepared wraps pool. A pool already configured not to cache
+// statements (exec, simple_protocol, describe_exec) keeps its mode.
+func newUnprepared(pool *pgxpool.Pool) unprepared {
+	mode := pool.Config().ConnConfig.DefaultQueryExecMode
+	switch mode {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+		mode = pgx.QueryExecModeExec
+	}
+	return unprepared{db: pool, mode: mode}
+}
+
+// withMode passes the mode as pgx's per-query first argument.
+func (u unprepared) withMode(args []any) []any {
+	return append([]any{u.mode}, args...)
+}
+
+func (u unprepared) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return u.db.Exec(ctx, sql, u.withMode(args)...)
+}
+
+func (u unprepared) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return u.db.Query(ctx, sql, u.withMode(args)...)
+}
+
+func (u unprepared) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return u.db.QueryRow(ctx, sql, u.withMode(args)...)
+}
