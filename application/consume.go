@@ -30,6 +30,12 @@ type Consumer struct {
 	// Handle processes entries and returns the ids of those to acknowledge.
 	// Its context is not cancelled by shutdown, so work in flight finishes.
 	Handle func(ctx context.Context, msgs []ports.Message) (ack []string)
+	// Valid, when set, vets each entry's body before the handler sees it.
+	// Entries it refuses are acknowledged at once and reported to
+	// OnMalformed: retrying them could never succeed.
+	Valid func(body string) bool
+	// OnMalformed is told about refused entries (for logs and metrics).
+	OnMalformed func(m ports.Message)
 	// OnError is told about read and ack failures (for logs and metrics).
 	OnError func(err error)
 }
@@ -80,6 +86,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		msgs = c.dropMalformed(ctx, msgs)
+		if len(msgs) == 0 {
+			c.release(slots, c.slotsFor(want))
+			continue
+		}
 		if !c.PerEntry {
 			run(msgs)
 			continue
@@ -94,6 +105,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// dropMalformed acknowledges and reports the entries Valid refuses and
+// returns the rest.
+func (c *Consumer) dropMalformed(ctx context.Context, msgs []ports.Message) []ports.Message {
+	if c.Valid == nil {
+		return msgs
+	}
+	kept := msgs[:0]
+	var bad []string
+	for _, m := range msgs {
+		if c.Valid(m.Body) {
+			kept = append(kept, m)
+			continue
+		}
+		bad = append(bad, m.ID)
+		if c.OnMalformed != nil {
+			c.OnMalformed(m)
+		}
+	}
+	if len(bad) > 0 {
+		if err := c.Queue.Ack(context.WithoutCancel(ctx), c.Stream, c.Group, bad...); err != nil {
+			c.report(err)
+		}
+	}
+	return kept
 }
 
 // takeFree takes up to n more free slots without waiting.

@@ -12,10 +12,11 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-// deliveryLease is how long a claimed delivery belongs to its worker: the
-// longest allowed timeout plus a margin. If the worker dies, the scheduler's
-// scan finds the delivery due again once the lease has passed.
-const deliveryLease = domain.MaxTimeout + 10*time.Second
+// leaseMargin is how much longer than its subscription's timeout a claimed
+// delivery belongs to its worker: time to record the outcome. If the worker
+// dies, the scheduler's scan finds the delivery due again once the lease has
+// passed.
+const leaseMargin = 5 * time.Second
 
 // Deliver makes one attempt of a delivery: claim it, sign and POST the
 // webhook, classify the answer and record the attempt and the outcome.
@@ -32,8 +33,9 @@ type Deliver struct {
 
 // Attempted reports what Handle did, for metrics and logs.
 type Attempted struct {
-	// Skipped is true when there was nothing to do: the delivery is gone,
-	// terminal, not yet due, or held by another worker.
+	// Skipped is true when no request was made: the delivery is gone,
+	// terminal, not yet due, held by another worker, or was dead-lettered
+	// because its subscription is disabled.
 	Skipped  bool
 	Delivery domain.Delivery
 	Attempt  domain.Attempt
@@ -46,7 +48,7 @@ type Attempted struct {
 // recorded; the stream entry must then stay unacknowledged so it is retried.
 func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	now := uc.Clock.Now()
-	claimed, err := uc.Deliveries.ClaimDelivery(ctx, id, now, now.Add(deliveryLease))
+	claimed, err := uc.Deliveries.ClaimDelivery(ctx, id, now, leaseMargin)
 	if errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrConflict) {
 		return Attempted{Skipped: true}, nil
 	}
@@ -55,17 +57,21 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	}
 	d, ev, sub := claimed.Delivery, claimed.Event, claimed.Subscription
 
-	var out domain.Outcome
-	var res ports.WebhookResponse
 	if !sub.Active {
-		out = domain.Outcome{Kind: domain.OutcomePermanent, Reason: "subscription is disabled"}
-	} else {
-		res, err = uc.Sender.Send(ctx, uc.request(ev, sub, now))
-		if err != nil {
-			out = domain.ClassifyError(err)
-		} else {
-			out = domain.ClassifyResponse(res.StatusCode, res.RetryAfter, uc.Clock.Now())
+		// No request is made, so no attempt is recorded.
+		d.Status, d.LastError, d.Reason, d.UpdatedAt = domain.DeliveryDead, "subscription is disabled", "", now
+		if err := uc.Deliveries.ReleaseDelivery(context.WithoutCancel(ctx), d); err != nil {
+			return Attempted{}, fmt.Errorf("dead-letter delivery %s of disabled subscription: %w", d.ID, err)
 		}
+		return Attempted{Skipped: true, Delivery: d, EventCreatedAt: ev.CreatedAt}, nil
+	}
+
+	var out domain.Outcome
+	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
+	if err != nil {
+		out = domain.ClassifyError(err)
+	} else {
+		out = domain.ClassifyResponse(res.StatusCode, res.RetryAfter, uc.Clock.Now())
 	}
 
 	finished := uc.Clock.Now()

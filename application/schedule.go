@@ -24,6 +24,7 @@ const (
 // Schedule re-enqueues work from PostgreSQL state: due retries, deliveries
 // and events whose append to a stream was lost, deliveries whose worker died
 // mid-attempt, and stream entries whose consumer died before acknowledging.
+// It also trims what every consumer group has finished from the streams.
 // Any number of schedulers may run at once.
 type Schedule struct {
 	Events     ports.EventStore
@@ -65,7 +66,7 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		out.DueDeliveries = len(due)
 	}
 
-	events, err := uc.Events.UnfannedEvents(ctx, now.Add(-uc.visibility()), uc.batch())
+	events, err := uc.Events.UnfannedEvents(ctx, now, uc.visibility(), uc.batch())
 	if err == nil && len(events) > 0 {
 		err = uc.Queue.Publish(ctx, ports.EventStream, events...)
 	}
@@ -81,6 +82,12 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
 	out.ReclaimedDelivs = n
 	errs = append(errs, err)
+
+	for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
+		if err := uc.Queue.Trim(ctx, stream); err != nil {
+			errs = append(errs, fmt.Errorf("trim %s: %w", stream, err))
+		}
+	}
 	return out, errors.Join(errs...)
 }
 

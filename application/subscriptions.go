@@ -43,6 +43,24 @@ func (uc *Subscriptions) List(ctx context.Context, p ports.Page) ([]domain.Subsc
 	return uc.Store.ListSubscriptions(ctx, p)
 }
 
+// Update applies a partial update to subscription id. A changed URL is
+// checked against the SSRF guard first (DNS is not looked up inside the
+// store's transaction).
+func (uc *Subscriptions) Update(ctx context.Context, id string, patch domain.SubscriptionPatch) (domain.Subscription, error) {
+	if patch.URL != nil {
+		if err := domain.ValidateEndpointURL(*patch.URL); err != nil {
+			return domain.Subscription{}, &domain.ValidationError{Field: "url", Message: err.Error()}
+		}
+		if err := uc.checkURL(ctx, *patch.URL); err != nil {
+			return domain.Subscription{}, err
+		}
+	}
+	now := uc.Clock.Now()
+	return uc.Store.UpdateSubscription(ctx, id, func(s *domain.Subscription) error {
+		return s.Apply(patch, now)
+	})
+}
+
 // Delete removes subscription id with its deliveries, or returns
 // domain.ErrNotFound.
 func (uc *Subscriptions) Delete(ctx context.Context, id string) error {

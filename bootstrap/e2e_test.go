@@ -59,7 +59,7 @@ func testConfig(t *testing.T) bootstrap.Config {
 	cfg.APIKeys = []string{testKey}
 	cfg.AllowPrivateTargets = true
 	cfg.SchedulerPollInterval = 50 * time.Millisecond
-	cfg.LogLevel = "warn"
+	cfg.LogLevel = "error"
 	return cfg
 }
 
@@ -251,6 +251,31 @@ type apiClient struct {
 // out, failing the test when the status is not want.
 func (c apiClient) call(method, path string, body any, want int, out any) {
 	c.t.Helper()
+	var raw []byte
+	if got := c.send(method, path, body, &raw); got != want {
+		c.t.Fatalf("%s %s = %d, want %d: %s", method, path, got, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			c.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+}
+
+// do sends a request with extra header name/value pairs, decodes a 2xx
+// answer into out and returns the status. Safe from any goroutine.
+func (c apiClient) do(method, path string, body, out any, header ...string) int {
+	var raw []byte
+	status := c.send(method, path, body, &raw, header...)
+	if status/100 == 2 && out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			c.t.Errorf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	return status
+}
+
+func (c apiClient) send(method, path string, body any, raw *[]byte, header ...string) int {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -261,20 +286,17 @@ func (c apiClient) call(method, path string, body any, want int, out any) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
+		c.t.Errorf("%s %s: %v", method, path, err)
+		return 0
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode != want {
-		c.t.Fatalf("%s %s = %d, want %d: %s", method, path, res.StatusCode, want, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			c.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
-		}
-	}
+	*raw, _ = io.ReadAll(res.Body)
+	return res.StatusCode
 }
 
 // waitFor polls cond until it holds or timeout passes, then fails saying

@@ -148,6 +148,9 @@ var coreModule = fx.Module("core",
 		func(store ports.Store) *application.Events {
 			return &application.Events{Events: store, Deliveries: store}
 		},
+		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.Deliveries {
+			return &application.Deliveries{Deliveries: store, Subscriptions: store, Queue: queue, Clock: clock}
+		},
 		newReady,
 	),
 )
@@ -213,11 +216,12 @@ var apiModule = fx.Module("api",
 )
 
 func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, m *metrics.Metrics,
-	ingest *application.Ingest, subs *application.Subscriptions, events *application.Events, ready Ready,
+	ingest *application.Ingest, subs *application.Subscriptions, events *application.Events,
+	deliveries *application.Deliveries, ready Ready,
 ) *APIServer {
 	mux := http.NewServeMux()
 	httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
-		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Ready: ready, EventAccepted: m.EventReceived}, log)
+		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return &APIServer{serveHTTP(lc, cfg.ListenAddr, mux, log)}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
 	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -99,9 +100,17 @@ var workerModule = fx.Module("worker",
 	) {
 		name := consumerName("worker")
 		onErr := func(err error) { log.Error("stream consumer failed", "error", err) }
+		onMalformed := func(stream string) func(ports.Message) {
+			return func(msg ports.Message) {
+				m.Malformed(stream)
+				log.Warn("malformed stream entry acknowledged and dropped", "stream", stream, "entry", msg.ID, "body", msg.Body)
+			}
+		}
 		fanoutConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.EventStream, Group: application.FanOutGroup, Name: name,
 			Batch: 100, Block: time.Second, Concurrency: 2, OnError: onErr,
+			Valid:       func(body string) bool { return domain.IsID(domain.EventIDPrefix, body) },
+			OnMalformed: onMalformed(ports.EventStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
 				ids, acks := bodiesAndIDs(msgs)
 				err := fanout.Handle(ctx, ids)
@@ -120,6 +129,8 @@ var workerModule = fx.Module("worker",
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: cfg.WorkerConcurrency, PerEntry: true, OnError: onErr,
+			Valid:       func(body string) bool { return domain.IsID(domain.DeliveryIDPrefix, body) },
+			OnMalformed: onMalformed(ports.DeliveryStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
 				msg := msgs[0]
 				res, err := deliver.Handle(ctx, msg.Body)

@@ -75,14 +75,16 @@ type DeliveryStore interface {
 	// returned. Created deliveries count as enqueued at their CreatedAt (the
 	// caller appends them to the queue right after).
 	CreateDeliveries(ctx context.Context, fanouts []FanOut) (created []string, err error)
-	// ClaimDelivery moves delivery id to delivering with a lease until
-	// leaseUntil (stored as its NextAttemptAt, so an expired lease makes it
-	// due again), and returns it with its event and subscription. Only a
+	// ClaimDelivery moves delivery id to delivering with a lease until now
+	// plus its subscription's timeout plus leaseMargin (stored as its
+	// NextAttemptAt, so an expired lease makes it due again: a worker that
+	// died mid-attempt holds it no longer than one attempt could take), and
+	// returns it with its event and subscription. Only a
 	// non-terminal delivery whose NextAttemptAt is at or before now can be
 	// claimed: a pending or retrying one that is due, or a delivering one
 	// whose lease expired (its worker died). It returns domain.ErrNotFound
 	// when the delivery does not exist and domain.ErrConflict otherwise.
-	ClaimDelivery(ctx context.Context, id string, now, leaseUntil time.Time) (Claimed, error)
+	ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
 	// RecordAttempt stores the attempt and the delivery's new state (status,
 	// attempts, next attempt time, last status code and error) in one
 	// transaction, and when the delivery became terminal and every delivery

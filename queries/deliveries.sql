@@ -50,14 +50,17 @@ SELECT inserted.id FROM inserted;
 
 -- name: ClaimDelivery :one
 -- The worker's hot path: takes a due delivery (pending or retrying and due,
--- or delivering with an expired lease), leases it until @lease_until, and
--- returns it with its event and subscription in one round trip.
+-- or delivering with an expired lease), leases it for its subscription's
+-- timeout plus @lease_margin, and returns it with its event and subscription
+-- in one round trip.
 WITH claimed AS (
     UPDATE deliveries SET
         status = 'delivering',
-        next_attempt_at = @lease_until,
+        next_attempt_at = (sqlc.arg(now)::timestamptz + subscriptions.timeout + sqlc.arg(lease_margin)::interval),
         updated_at = @now
+    FROM subscriptions
     WHERE deliveries.id = @id
+      AND subscriptions.id = deliveries.subscription_id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= @now
     RETURNING deliveries.*

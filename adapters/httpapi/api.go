@@ -32,6 +32,7 @@ type UseCases struct {
 	Ingest        *application.Ingest
 	Subscriptions *application.Subscriptions
 	Events        *application.Events
+	Deliveries    *application.Deliveries
 	// Ready reports whether every backend is reachable.
 	Ready func(ctx context.Context) error
 	// EventAccepted, when set, is called for every newly committed event
@@ -43,6 +44,7 @@ type handlers struct {
 	ingest        *application.Ingest
 	subscriptions *application.Subscriptions
 	events        *application.Events
+	deliveries    *application.Deliveries
 	ready         func(ctx context.Context) error
 	accepted      func()
 	log           *slog.Logger
@@ -62,7 +64,7 @@ func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API
 	}
 	api := humago.New(mux, hc)
 	h := &handlers{
-		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, ready: uc.Ready, accepted: uc.EventAccepted,
+		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, accepted: uc.EventAccepted,
 		log: log, maxEventBytes: cfg.MaxEventBytes,
 	}
 	if h.maxEventBytes <= 0 {
@@ -77,6 +79,7 @@ func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API
 	})
 	h.registerSubscriptions(secured)
 	h.registerEvents(secured)
+	h.registerDeliveries(secured)
 	h.registerHealth(api)
 	return api
 }

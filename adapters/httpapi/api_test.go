@@ -72,7 +72,7 @@ func (s *server) counts(t *testing.T) (subs, events int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.store.UnfannedEvents(context.Background(), farFuture, 1000)
+	ids, err := s.store.UnfannedEvents(context.Background(), farFuture, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

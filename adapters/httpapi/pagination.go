@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // Cursors are the last id of a page, opaque to clients: ids sort by creation
@@ -37,4 +40,26 @@ func paginate[T any](items []T, limit int, id func(T) string) ([]T, *string) {
 	items = items[:limit]
 	next := encodeCursor(id(items[len(items)-1]))
 	return items, &next
+}
+
+// listPage serves one page of a list endpoint: it decodes the cursor,
+// fetches one item more than asked to learn whether another page follows,
+// and renders the items.
+func listPage[T, J any](ctx context.Context, h *handlers, cursor string, limit int,
+	fetch func(context.Context, ports.Page) ([]T, error), id func(T) string, render func(T) J,
+) (List[J], error) {
+	after, err := decodeCursor(cursor)
+	if err != nil {
+		return List[J]{}, err
+	}
+	items, err := fetch(ctx, ports.Page{After: after, Limit: limit + 1})
+	if err != nil {
+		return List[J]{}, problem(ctx, h.log, err)
+	}
+	page, next := paginate(items, limit, id)
+	out := List[J]{Data: make([]J, len(page)), NextCursor: next}
+	for i, item := range page {
+		out.Data[i] = render(item)
+	}
+	return out, nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
-	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // RetryPolicy is a subscription's retry policy in JSON.
@@ -141,6 +140,55 @@ type listSubscriptionsOutput struct {
 	Body List[Subscription]
 }
 
+// SubscriptionPatch is the body of a partial update: absent fields stay as
+// they are.
+type SubscriptionPatch struct {
+	URL         *string            `json:"url,omitempty" maxLength:"2048"`
+	EventTypes  *[]string          `json:"event_types,omitempty" minItems:"1" maxItems:"100"`
+	Description *string            `json:"description,omitempty" maxLength:"1024"`
+	RateLimit   *int               `json:"rate_limit,omitempty" minimum:"1" maximum:"10000"`
+	MaxInFlight *int               `json:"max_in_flight,omitempty" minimum:"1" maximum:"1000"`
+	Timeout     *Duration          `json:"timeout,omitempty"`
+	RetryPolicy *RetryPolicy       `json:"retry_policy,omitempty" doc:"Replaces the whole policy."`
+	OrderingKey *string            `json:"ordering_key,omitempty" doc:"A JSON pointer; \"\" turns ordering off."`
+	Headers     *map[string]string `json:"headers,omitempty" doc:"Replaces all custom headers."`
+	Active      *bool              `json:"active,omitempty" doc:"true re-enables a disabled subscription and clears disabled_reason."`
+}
+
+func (p SubscriptionPatch) toDomain() domain.SubscriptionPatch {
+	out := domain.SubscriptionPatch{
+		URL: p.URL, EventTypes: p.EventTypes, Description: p.Description, RateLimit: p.RateLimit,
+		MaxInFlight: p.MaxInFlight, OrderingKey: p.OrderingKey, Headers: p.Headers, Active: p.Active,
+	}
+	if p.Timeout != nil {
+		d := time.Duration(*p.Timeout)
+		out.Timeout = &d
+	}
+	if p.RetryPolicy != nil {
+		rp := p.RetryPolicy.toDomain()
+		out.RetryPolicy = &rp
+	}
+	return out
+}
+
+type patchSubscriptionInput struct {
+	ID   string `path:"id" maxLength:"64" doc:"Subscription id."`
+	Body SubscriptionPatch
+}
+
+type recoverInput struct {
+	ID   string `path:"id" maxLength:"64" doc:"Subscription id."`
+	Body struct {
+		Since time.Time `json:"since" doc:"Re-deliver deliveries that died at or after this time (RFC 3339)."`
+	}
+}
+
+type recoverOutput struct {
+	Body struct {
+		Count int `json:"count" doc:"How many dead deliveries were sent again."`
+	}
+}
+
 func (h *handlers) registerSubscriptions(api huma.API) {
 	tags := []string{"Subscriptions"}
 	huma.Register(api, huma.Operation{
@@ -175,20 +223,9 @@ func (h *handlers) registerSubscriptions(api huma.API) {
 		Summary: "List subscriptions", Tags: tags,
 		Description: "Subscriptions in creation order, a page at a time.",
 	}, func(ctx context.Context, in *listSubscriptionsInput) (*listSubscriptionsOutput, error) {
-		after, err := decodeCursor(in.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		subs, err := h.subscriptions.List(ctx, ports.Page{After: after, Limit: in.Limit + 1})
-		if err != nil {
-			return nil, problem(ctx, h.log, err)
-		}
-		page, next := paginate(subs, in.Limit, func(s domain.Subscription) string { return s.ID })
-		out := &listSubscriptionsOutput{Body: List[Subscription]{Data: make([]Subscription, len(page)), NextCursor: next}}
-		for i, s := range page {
-			out.Body.Data[i] = subscriptionJSON(s)
-		}
-		return out, nil
+		list, err := listPage(ctx, h, in.Cursor, in.Limit, h.subscriptions.List,
+			func(s domain.Subscription) string { return s.ID }, subscriptionJSON)
+		return &listSubscriptionsOutput{Body: list}, err
 	})
 
 	huma.Register(api, huma.Operation{
@@ -200,6 +237,32 @@ func (h *handlers) registerSubscriptions(api huma.API) {
 			return nil, problem(ctx, h.log, err)
 		}
 		return &subscriptionOutput{Body: subscriptionJSON(sub)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "update-subscription", Method: http.MethodPatch, Path: "/v1/subscriptions/{id}",
+		Summary: "Update a subscription", Tags: tags,
+		Description: "Partial update: only the fields present change. The result is validated as a whole.",
+	}, func(ctx context.Context, in *patchSubscriptionInput) (*subscriptionOutput, error) {
+		sub, err := h.subscriptions.Update(ctx, in.ID, in.Body.toDomain())
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		return &subscriptionOutput{Body: subscriptionJSON(sub)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "recover-subscription", Method: http.MethodPost, Path: "/v1/subscriptions/{id}/recover",
+		Summary: "Re-deliver a subscription's dead deliveries", DefaultStatus: http.StatusAccepted, Tags: tags,
+		Description: "Sends again every delivery of the subscription that died at or after since.",
+	}, func(ctx context.Context, in *recoverInput) (*recoverOutput, error) {
+		n, err := h.deliveries.Recover(ctx, in.ID, in.Body.Since)
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		out := &recoverOutput{}
+		out.Body.Count = n
+		return out, nil
 	})
 
 	huma.Register(api, huma.Operation{

@@ -291,7 +291,7 @@ func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]s
 }
 
 // ClaimDelivery implements ports.DeliveryStore.
-func (s *Store) ClaimDelivery(_ context.Context, id string, now, leaseUntil time.Time) (ports.Claimed, error) {
+func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	now = normalizeTime(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,7 +303,8 @@ func (s *Store) ClaimDelivery(_ context.Context, id string, now, leaseUntil time
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
 	}
 	d.delivery.Status = domain.DeliveryDelivering
-	d.delivery.NextAttemptAt = normalizeTime(leaseUntil)
+	timeout := s.subscriptions[d.delivery.SubscriptionID].Timeout
+	d.delivery.NextAttemptAt = normalizeTime(now.Add(timeout + leaseMargin))
 	d.delivery.UpdatedAt = now
 	return ports.Claimed{
 		Delivery:     d.delivery,

@@ -21,6 +21,7 @@ type Metrics struct {
 	attemptDuration prometheus.Histogram
 	enqueueDeferred prometheus.Counter
 	schedulerSwept  *prometheus.CounterVec
+	malformed       *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -52,11 +53,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_scheduler_requeued_total",
 			Help: "Work the scheduler re-enqueued, by kind: due_delivery, unfanned_event, reclaimed_event, reclaimed_delivery.",
 		}, []string{"kind"}),
+		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_malformed_stream_entries_total",
+			Help: "Stream entries that named no valid event or delivery; acknowledged and dropped.",
+		}, []string{"stream"}),
 	}
 	for _, outcome := range []domain.DeliveryStatus{domain.DeliveryDelivered, domain.DeliveryRetrying, domain.DeliveryDead} {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
-	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept)
+	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept, m.malformed)
 	return m
 }
 
@@ -82,3 +87,6 @@ func (m *Metrics) Requeued(kind string, n int) {
 		m.schedulerSwept.WithLabelValues(kind).Add(float64(n))
 	}
 }
+
+// Malformed counts one dropped stream entry of stream.
+func (m *Metrics) Malformed(stream string) { m.malformed.WithLabelValues(stream).Inc() }

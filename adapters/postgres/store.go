@@ -334,8 +334,8 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 // ClaimDelivery implements ports.DeliveryStore: one statement leases the
 // delivery and reads its event and subscription. Only when nothing was
 // claimed does a second query tell "does not exist" from "not claimable".
-func (s *Store) ClaimDelivery(ctx context.Context, id string, now, leaseUntil time.Time) (ports.Claimed, error) {
-	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseUntil: leaseUntil})
+func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseMargin: interval(leaseMargin)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		exists, err := s.queries.DeliveryExists(ctx, id)
 		switch {

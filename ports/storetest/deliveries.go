@@ -152,7 +152,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 
 		now := base.Add(time.Second)
 		lease := now.Add(30*time.Second + time.Nanosecond)
-		c, err := f.store.ClaimDelivery(f.ctx, d.ID, now, lease)
+		c, err := f.store.ClaimDelivery(f.ctx, d.ID, now, leaseMargin(now, lease))
 		require.NoError(t, err)
 		want := d
 		want.Status = domain.DeliveryDelivering
@@ -169,13 +169,24 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Equal(t, c.Delivery, stored, "the claim is stored")
 
-		_, err = f.store.ClaimDelivery(f.ctx, d.ID, now.Add(time.Second), now.Add(time.Minute))
+		_, err = f.store.ClaimDelivery(f.ctx, d.ID, now.Add(time.Second), leaseMargin(now.Add(time.Second), now.Add(time.Minute)))
 		assert.ErrorIs(t, err, domain.ErrConflict, "a leased delivery cannot be claimed again")
 
-		c2, err := f.store.ClaimDelivery(f.ctx, d.ID, lease, lease.Add(30*time.Second))
+		c2, err := f.store.ClaimDelivery(f.ctx, d.ID, lease, leaseMargin(lease, lease.Add(30*time.Second)))
 		require.NoError(t, err, "a lease that expired (its worker died) can be claimed")
 		assert.Equal(t, domain.DeliveryDelivering, c2.Delivery.Status)
 		assert.Equal(t, us(lease.Add(30*time.Second)), c2.Delivery.NextAttemptAt)
+	})
+
+	t.Run("ClaimLeasesForTheSubscriptionsTimeout", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription(func(s *domain.Subscription) { s.Timeout = 3 * time.Second })
+		d := f.fanOut(f.event(), base, sub)[0]
+		c, err := f.store.ClaimDelivery(f.ctx, d.ID, base, 2*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, us(base.Add(5*time.Second)), c.Delivery.NextAttemptAt,
+			"a worker that dies holds the delivery for one timeout plus the margin, no longer")
 	})
 
 	t.Run("ConcurrentClaimsLeaseOnce", func(t *testing.T) {
@@ -190,7 +201,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		var wg sync.WaitGroup
 		for range workers {
 			wg.Go(func() {
-				_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, base.Add(30*time.Second))
+				_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, leaseMargin(base, base.Add(30*time.Second)))
 				errs <- err
 			})
 		}
@@ -214,12 +225,12 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		e := f.event()
 		future := f.fanOut(e, base.Add(time.Minute), sub)[0]
 
-		_, err := f.store.ClaimDelivery(f.ctx, future.ID, base, base.Add(30*time.Second))
+		_, err := f.store.ClaimDelivery(f.ctx, future.ID, base, leaseMargin(base, base.Add(30*time.Second)))
 		assert.ErrorIs(t, err, domain.ErrConflict, "not due yet")
-		_, err = f.store.ClaimDelivery(f.ctx, future.ID, base.Add(time.Minute), base.Add(2*time.Minute))
+		_, err = f.store.ClaimDelivery(f.ctx, future.ID, base.Add(time.Minute), leaseMargin(base.Add(time.Minute), base.Add(2*time.Minute)))
 		assert.NoError(t, err, "due exactly at NextAttemptAt")
 
-		_, err = f.store.ClaimDelivery(f.ctx, domain.MustNewID(domain.DeliveryIDPrefix, base), base, base.Add(time.Minute))
+		_, err = f.store.ClaimDelivery(f.ctx, domain.MustNewID(domain.DeliveryIDPrefix, base), base, leaseMargin(base, base.Add(time.Minute)))
 		assert.ErrorIs(t, err, domain.ErrNotFound)
 	})
 
@@ -232,7 +243,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f.record(f.claim(ds[0], base), base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
 		f.record(f.claim(ds[1], base), base, outcome{status: domain.DeliveryDead, statusCode: 400})
 		for _, d := range ds {
-			_, err := f.store.ClaimDelivery(f.ctx, d.ID, base.Add(time.Hour), base.Add(2*time.Hour))
+			_, err := f.store.ClaimDelivery(f.ctx, d.ID, base.Add(time.Hour), leaseMargin(base.Add(time.Hour), base.Add(2*time.Hour)))
 			assert.ErrorIs(t, err, domain.ErrConflict, "terminal delivery %s", d.ID)
 		}
 	})
@@ -244,9 +255,9 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		d := f.fanOut(f.event(), base, sub)[0]
 		retry := base.Add(time.Minute)
 		f.record(f.claim(d, base), base, outcome{status: domain.DeliveryRetrying, statusCode: 503, next: retry})
-		_, err := f.store.ClaimDelivery(f.ctx, d.ID, retry.Add(-time.Microsecond), retry.Add(time.Minute))
+		_, err := f.store.ClaimDelivery(f.ctx, d.ID, retry.Add(-time.Microsecond), leaseMargin(retry.Add(-time.Microsecond), retry.Add(time.Minute)))
 		assert.ErrorIs(t, err, domain.ErrConflict, "a retry is not due before its time")
-		c, err := f.store.ClaimDelivery(f.ctx, d.ID, retry, retry.Add(time.Minute))
+		c, err := f.store.ClaimDelivery(f.ctx, d.ID, retry, leaseMargin(retry, retry.Add(time.Minute)))
 		require.NoError(t, err)
 		assert.Equal(t, 1, c.Delivery.Attempts)
 		assert.Equal(t, 503, c.Delivery.LastStatusCode)

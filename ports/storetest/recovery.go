@@ -85,7 +85,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 10)
 				require.NoError(t, err)
 				assert.Equal(t, []string{before.ID}, due, "due at now, enqueued mark cleared")
-				_, err = f.store.ClaimDelivery(f.ctx, before.ID, now, now.Add(time.Minute))
+				_, err = f.store.ClaimDelivery(f.ctx, before.ID, now, leaseMargin(now, now.Add(time.Minute)))
 				assert.NoError(t, err, "and claimable at now")
 			})
 		}

@@ -115,7 +115,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				}
 				assertEventStatus(t, f, e.ID, tc.wantEvent, "the event rolls up like after RecordAttempt")
 
-				_, err = f.store.ClaimDelivery(f.ctx, d.ID, now.Add(tc.delay).Add(-time.Microsecond), now.Add(time.Minute))
+				_, err = f.store.ClaimDelivery(f.ctx, d.ID, now.Add(tc.delay).Add(-time.Microsecond), leaseMargin(now.Add(tc.delay).Add(-time.Microsecond), now.Add(time.Minute)))
 				assert.ErrorIs(t, err, domain.ErrConflict, "a released delivery is not due before its NextAttemptAt")
 			})
 		}

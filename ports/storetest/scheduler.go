@@ -65,7 +65,7 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		sub := f.subscription()
 		d := f.fanOut(f.event(), base, sub)[0]
 		lease := base.Add(time.Minute)
-		_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, lease)
+		_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, leaseMargin(base, lease))
 		require.NoError(t, err)
 
 		due, err := f.store.DueDeliveries(f.ctx, lease.Add(-time.Second), requeueAfter, 10)

@@ -181,7 +181,7 @@ func (f *fixture) fanOut(e domain.Event, now time.Time, subs ...domain.Subscript
 // claim claims d at now for a 30 s lease and returns the claimed delivery.
 func (f *fixture) claim(d domain.Delivery, now time.Time) domain.Delivery {
 	f.t.Helper()
-	c, err := f.store.ClaimDelivery(f.ctx, d.ID, now, now.Add(30*time.Second))
+	c, err := f.store.ClaimDelivery(f.ctx, d.ID, now, leaseMargin(now, now.Add(30*time.Second)))
 	require.NoError(f.t, err)
 	return c.Delivery
 }
@@ -242,4 +242,10 @@ func ids(deliveries []domain.Delivery) []string {
 		out[i] = d.ID
 	}
 	return out
+}
+
+// leaseMargin is the ClaimDelivery margin that makes a claim at now lease
+// until until, for the fixture's subscriptions (default timeout).
+func leaseMargin(now, until time.Time) time.Duration {
+	return until.Sub(now) - domain.DefaultTimeout
 }

@@ -16,11 +16,13 @@ const claimDelivery = `-- name: ClaimDelivery :one
 WITH claimed AS (
     UPDATE deliveries SET
         status = 'delivering',
-        next_attempt_at = $1,
-        updated_at = $2
+        next_attempt_at = ($1::timestamptz + subscriptions.timeout + $2::interval),
+        updated_at = $1
+    FROM subscriptions
     WHERE deliveries.id = $3
+      AND subscriptions.id = deliveries.subscription_id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
-      AND deliveries.next_attempt_at <= $2
+      AND deliveries.next_attempt_at <= $1
     RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
 )
 SELECT
@@ -35,9 +37,9 @@ JOIN subscriptions ON subscriptions.id = claimed.subscription_id
 `
 
 type ClaimDeliveryParams struct {
-	LeaseUntil time.Time
-	Now        time.Time
-	ID         string
+	Now         time.Time
+	LeaseMargin pgtype.Interval
+	ID          string
 }
 
 type ClaimDeliveryRow struct {
@@ -58,10 +60,11 @@ type ClaimDeliveryRow struct {
 }
 
 // The worker's hot path: takes a due delivery (pending or retrying and due,
-// or delivering with an expired lease), leases it until @lease_until, and
-// returns it with its event and subscription in one round trip.
+// or delivering with an expired lease), leases it for its subscription's
+// timeout plus @lease_margin, and returns it with its event and subscription
+// in one round trip.
 func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, claimDelivery, arg.LeaseUntil, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, claimDelivery, arg.Now, arg.LeaseMargin, arg.ID)
 	var i ClaimDeliveryRow
 	err := row.Scan(
 		&i.ID,

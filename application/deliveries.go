@@ -1,0 +1,82 @@
+package application
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// Deliveries is the dead-letter side: look deliveries up, and send dead ones
+// again, one at a time or a subscription's all at once.
+type Deliveries struct {
+	Deliveries    ports.DeliveryStore
+	Subscriptions ports.SubscriptionStore
+	Queue         ports.Queue
+	Clock         ports.Clock
+}
+
+// DeliveryView is a delivery with its attempts.
+type DeliveryView struct {
+	Delivery domain.Delivery
+	Attempts []domain.Attempt
+}
+
+// List returns one page of deliveries matching f, in creation order.
+func (uc *Deliveries) List(ctx context.Context, f ports.DeliveryFilter, p ports.Page) ([]domain.Delivery, error) {
+	return uc.Deliveries.ListDeliveries(ctx, f, p)
+}
+
+// Get returns delivery id with its attempts, or domain.ErrNotFound.
+func (uc *Deliveries) Get(ctx context.Context, id string) (DeliveryView, error) {
+	d, err := uc.Deliveries.GetDelivery(ctx, id)
+	if err != nil {
+		return DeliveryView{}, err
+	}
+	attempts, err := uc.Deliveries.DeliveryAttempts(ctx, id)
+	if err != nil {
+		return DeliveryView{}, fmt.Errorf("load attempts of delivery %s: %w", id, err)
+	}
+	return DeliveryView{Delivery: d, Attempts: attempts}, nil
+}
+
+// Retry makes a dead or retrying delivery due now and enqueues it. It
+// returns domain.ErrConflict for a delivery that is pending, being
+// delivered or delivered. When the append fails the delivery is still due
+// in PostgreSQL and the scheduler enqueues it.
+func (uc *Deliveries) Retry(ctx context.Context, id string) (domain.Delivery, error) {
+	d, err := uc.Deliveries.RetryDelivery(ctx, id, uc.Clock.Now())
+	if errors.Is(err, domain.ErrConflict) {
+		return domain.Delivery{}, fmt.Errorf("%w: delivery %s is %s; only dead or retrying deliveries can be retried", err, id, uc.status(ctx, id))
+	}
+	if err != nil {
+		return domain.Delivery{}, err
+	}
+	_ = uc.Queue.Publish(ctx, ports.DeliveryStream, d.ID) // the scheduler's scan is the fallback
+	return d, nil
+}
+
+// Recover re-delivers every delivery of subscription id that died at or
+// after since, and returns how many. It returns domain.ErrNotFound for an
+// unknown subscription.
+func (uc *Deliveries) Recover(ctx context.Context, subscriptionID string, since time.Time) (int, error) {
+	ids, err := uc.Deliveries.RecoverDeliveries(ctx, subscriptionID, since, uc.Clock.Now())
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) > 0 {
+		_ = uc.Queue.Publish(ctx, ports.DeliveryStream, ids...) // the scheduler's scan is the fallback
+	}
+	return len(ids), nil
+}
+
+func (uc *Deliveries) status(ctx context.Context, id string) domain.DeliveryStatus {
+	d, err := uc.Deliveries.GetDelivery(ctx, id)
+	if err != nil {
+		return "in an unknown state"
+	}
+	return d.Status
+}

@@ -1,0 +1,279 @@
+package bootstrap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
+	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// countArrivals reports which of the want event ids were never delivered
+// (answered 2xx to a sender still listening) and how many deliveries were
+// duplicates.
+func countArrivals(got []arrival, want []string) (missing []string, duplicates int) {
+	seen := map[string]int{}
+	for _, a := range got {
+		if a.status/100 == 2 && !a.aborted {
+			seen[a.webhookID]++
+		}
+	}
+	for _, id := range want {
+		switch n := seen[id]; {
+		case n == 0:
+			missing = append(missing, id)
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	return missing, duplicates
+}
+
+// waitAllArrived waits until every event reached ep at least once and logs
+// the duplicate count (at-least-once delivery allows duplicates; losses
+// fail the test).
+func waitAllArrived(t *testing.T, ep *endpoint, ids []string, timeout time.Duration) {
+	t.Helper()
+	var missing []string
+	var duplicates int
+	waitFor(t, timeout, fmt.Sprintf("all %d events to arrive", len(ids)), func() bool {
+		missing, duplicates = countArrivals(ep.got(), ids)
+		return len(missing) == 0
+	})
+	t.Logf("all %d (event, subscription) pairs arrived; %d duplicate requests", len(ids), duplicates)
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// dispatchBinary builds bootstrap/cmd/dispatch once per test run.
+func dispatchBinary(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dispatch-bin-")
+		if err != nil {
+			binaryErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "dispatch")
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		out, err := exec.Command(gobin, "build", "-o", binaryPath, "./cmd/dispatch").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binaryErr != nil {
+		t.Fatal(binaryErr)
+	}
+	return binaryPath
+}
+
+// startProcess runs `dispatch <role>` against the cluster's backends.
+func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
+	c.t.Helper()
+	cmd := exec.Command(dispatchBinary(c.t), string(role))
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+c.cfg.DatabaseURL,
+		"REDIS_URL="+c.cfg.RedisURL,
+		"DISPATCH_REDIS_KEY_PREFIX="+c.cfg.RedisKeyPrefix,
+		"DISPATCH_ALLOW_PRIVATE_TARGETS=true",
+		"DISPATCH_VISIBILITY_TIMEOUT="+c.cfg.VisibilityTimeout.String(),
+		"DISPATCH_WORKER_CONCURRENCY="+fmt.Sprint(c.cfg.WorkerConcurrency),
+		"DISPATCH_LOG_LEVEL=error",
+	)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", role, err)
+	}
+	c.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if c.t.Failed() && stderr.Len() > 0 {
+			c.t.Logf("%s process stderr:\n%s", role, stderr.String())
+		}
+	})
+	return cmd
+}
+
+// TestKilledWorkerEntriesAreDeliveredByAnother SIGKILLs a worker process
+// while it holds unacknowledged entries and requests in flight; another
+// worker delivers everything after the visibility timeout and the lease.
+func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, func(cfg *bootstrap.Config) { cfg.WorkerConcurrency = 4 })
+	c.start(bootstrap.RoleScheduler)
+	rcv := newScripted(t)
+	release := make(chan struct{})
+	ep, url := rcv.add("/slow", func(_ int, r *http.Request) (int, http.Header) {
+		select {
+		case <-release:
+		case <-r.Context().Done(): // the worker died
+		}
+		return http.StatusOK, nil
+	})
+	c.subscribe(url, "job.ready", map[string]any{"timeout": "2s", "retry_policy": fastRetries})
+
+	victim := c.startProcess(bootstrap.RoleWorker)
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, c.publish("job.ready", fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	waitFor(t, 15*time.Second, "the doomed worker to have requests in flight", func() bool { return len(ep.got()) >= 4 })
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	close(release)
+
+	c.start(bootstrap.RoleWorker)
+	waitAllArrived(t, ep, ids, 30*time.Second)
+	for _, id := range ids {
+		c.waitEvent(id, "delivered", 15*time.Second)
+	}
+}
+
+// failingQueue fails every Publish to one stream, as if Redis were down just
+// after the PostgreSQL commit.
+type failingQueue struct {
+	ports.Queue
+	stream string
+}
+
+func (q failingQueue) Publish(ctx context.Context, stream string, bodies ...string) error {
+	if stream == q.stream {
+		return errors.New("injected: redis unavailable")
+	}
+	return q.Queue.Publish(ctx, stream, bodies...)
+}
+
+func failPublishTo(stream string) fx.Option {
+	return fx.Decorate(func(q ports.Queue) ports.Queue { return failingQueue{Queue: q, stream: stream} })
+}
+
+// TestLostAppendsAreRecoveredFromPostgres makes the append after a commit
+// fail, at ingest and at fan-out; the scheduler's sweeps deliver anyway.
+func TestLostAppendsAreRecoveredFromPostgres(t *testing.T) {
+	t.Parallel()
+	t.Run("event append lost at ingest", func(t *testing.T) {
+		t.Parallel()
+		c := newCluster(t, nil)
+		var api *bootstrap.APIServer
+		startApp(t, bootstrap.RoleAPI, c.cfg, failPublishTo(ports.EventStream), fx.Populate(&api))
+		broken := apiClient{base: "http://" + api.Addr(), t: t}
+		c.start(bootstrap.RoleWorker)
+		c.start(bootstrap.RoleScheduler)
+		rcv := newScripted(t)
+		ep, url := rcv.add("/outbox", nil)
+		c.subscribe(url, "outbox.event", nil)
+		var ids []string
+		for i := range 20 {
+			var ev struct{ ID string }
+			broken.call(http.MethodPost, "/v1/events", map[string]any{"type": "outbox.event", "source": "t", "data": rawJSON(fmt.Sprintf(`{"i":%d}`, i))}, http.StatusAccepted, &ev)
+			ids = append(ids, ev.ID)
+		}
+		waitAllArrived(t, ep, ids, 20*time.Second)
+	})
+	t.Run("delivery append lost at fan-out", func(t *testing.T) {
+		t.Parallel()
+		c := newCluster(t, nil)
+		c.start(bootstrap.RoleWorker, failPublishTo(ports.DeliveryStream))
+		c.start(bootstrap.RoleScheduler)
+		rcv := newScripted(t)
+		ep, url := rcv.add("/outbox", nil)
+		c.subscribe(url, "outbox.delivery", nil)
+		var ids []string
+		for i := range 20 {
+			ids = append(ids, c.publish("outbox.delivery", fmt.Sprintf(`{"i":%d}`, i)))
+		}
+		waitAllArrived(t, ep, ids, 20*time.Second)
+	})
+}
+
+// flushDB is the Redis database the flush test owns: FLUSHALL would wipe
+// the other test packages' keys on the shared server, so the test flushes a
+// database of its own, which loses the same things (streams, groups,
+// pending entries) for this deployment.
+const flushDB = 15
+
+// TestRedisFlushedMidRunLosesNothing flushes Redis while 1,000 events are
+// in flight; everything is still delivered from PostgreSQL state.
+func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
+	t.Parallel()
+	opts, err := goredis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DB = flushDB
+	client := goredis.NewClient(opts)
+	t.Cleanup(func() { _ = client.FlushDB(context.Background()).Err(); _ = client.Close() })
+	redistest.Client(t) // fails clearly when Redis is down
+	url := fmt.Sprintf("redis://%s/%d", opts.Addr, flushDB)
+
+	c := newCluster(t, func(cfg *bootstrap.Config) {
+		cfg.RedisURL, cfg.RedisKeyPrefix = url, "flush:"
+		cfg.WorkerConcurrency = 4 // a modest worker, so work piles up
+	})
+	c.start(bootstrap.RoleWorker)
+	c.start(bootstrap.RoleScheduler)
+	rcv := newScripted(t)
+	ep, hook := rcv.add("/flush", func(int, *http.Request) (int, http.Header) {
+		time.Sleep(2 * time.Millisecond) // an endpoint that takes a moment
+		return http.StatusOK, nil
+	})
+	c.subscribe(hook, "bulk.event", nil)
+
+	const n = 1000
+	ids := make([]string, n)
+	var published sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		published.Add(1)
+		go func() {
+			defer published.Done()
+			for i := range next {
+				var ev struct{ ID string }
+				if status := c.client.do(http.MethodPost, "/v1/events", map[string]any{
+					"type": "bulk.event", "source": "t", "data": rawJSON(fmt.Sprintf(`{"i":%d}`, i)),
+				}, &ev); status != http.StatusAccepted {
+					t.Errorf("publish %d answered %d", i, status)
+				}
+				ids[i] = ev.ID
+			}
+		}()
+	}
+	go func() {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+	}()
+	// Flush once deliveries are flowing, while most of the work is still
+	// queued in Redis: unread and pending stream entries, consumer groups.
+	waitFor(t, 30*time.Second, "the first 100 deliveries", func() bool { return len(ep.got()) >= 100 })
+	if err := client.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("flushed Redis with %d of %d events delivered", len(ep.got()), n)
+	published.Wait()
+	waitAllArrived(t, ep, ids, 60*time.Second)
+}
