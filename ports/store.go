@@ -82,8 +82,18 @@ type DeliveryStore interface {
 	// returns it with its event and subscription. Only a
 	// non-terminal delivery whose NextAttemptAt is at or before now can be
 	// claimed: a pending or retrying one that is due, or a delivering one
-	// whose lease expired (its worker died). It returns domain.ErrNotFound
-	// when the delivery does not exist and domain.ErrConflict otherwise.
+	// whose lease expired (its worker died).
+	//
+	// An ordered delivery (non-empty OrderingKey) is also held back while
+	// it is not first in line: while a delivery of the same subscription and
+	// key for an earlier event (smaller event id) is not terminal, or while
+	// any earlier event has not been fanned out yet (its deliveries may not
+	// exist yet). A held delivery is left as it was except that its enqueued
+	// mark is cleared, so the scheduler's scan enqueues it once it is first
+	// in line.
+	//
+	// It returns domain.ErrNotFound when the delivery does not exist and
+	// domain.ErrConflict otherwise.
 	ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
 	// RecordAttempt stores the attempt and the delivery's new state (status,
 	// attempts, next attempt time, last status code and error) in one
@@ -91,8 +101,12 @@ type DeliveryStore interface {
 	// of its event is terminal, sets the event's status (delivered, or failed
 	// if any is dead). It clears the delivery's enqueued mark, so the
 	// scheduler's scan picks a retrying delivery up as soon as it is due.
-	// Returns domain.ErrNotFound when the delivery does not exist.
-	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error
+	// When an ordered delivery became terminal, it returns the ids of the
+	// deliveries that are now first in line behind it (at most one per
+	// ordering key: the next of the same subscription and key), so the
+	// caller can enqueue them at once. Returns domain.ErrNotFound when the
+	// delivery does not exist.
+	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) (next []string, err error)
 	// GetDelivery returns domain.ErrNotFound when id does not exist.
 	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
 	// EventDeliveries returns every delivery of eventID in id order (none if
@@ -107,9 +121,10 @@ type DeliveryStore interface {
 	// that needs no request (dead because the subscription is disabled). It
 	// writes Status, NextAttemptAt, Reason, LastError and UpdatedAt, clears
 	// the enqueued mark, and rolls the event's status up like RecordAttempt
-	// when the delivery became terminal. Returns domain.ErrNotFound when the
-	// delivery does not exist.
-	ReleaseDelivery(ctx context.Context, d domain.Delivery) error
+	// when the delivery became terminal, and then returns the next in line
+	// like RecordAttempt. Returns domain.ErrNotFound when the delivery does
+	// not exist.
+	ReleaseDelivery(ctx context.Context, d domain.Delivery) (next []string, err error)
 	// RetryDelivery makes a dead delivery, or a retrying one, due at now
 	// again (status retrying, NextAttemptAt now, Reason and enqueued mark
 	// cleared) and sets its event back to pending. The policy then grants it
@@ -132,7 +147,8 @@ type DeliveryStore interface {
 	// non-terminal deliveries whose NextAttemptAt is at or before now and
 	// that were not enqueued after now-requeueAfter (a due retry, a delivery
 	// whose append to the queue was lost, a delivering one whose lease
-	// expired), oldest NextAttemptAt first. It marks them enqueued at now and
+	// expired), oldest NextAttemptAt first, leaving out ordered deliveries
+	// held back (see ClaimDelivery). It marks them enqueued at now and
 	// returns their ids, skipping rows another caller holds, so concurrent
 	// scans never return the same delivery.
 	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)

@@ -302,6 +302,10 @@ func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, lease
 	if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
 	}
+	if s.held(d.delivery) {
+		d.enqueuedAt = time.Time{}
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
+	}
 	d.delivery.Status = domain.DeliveryDelivering
 	timeout := s.subscriptions[d.delivery.SubscriptionID].Timeout
 	d.delivery.NextAttemptAt = normalizeTime(now.Add(timeout + leaseMargin))
@@ -314,22 +318,22 @@ func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, lease
 }
 
 // RecordAttempt implements ports.DeliveryStore.
-func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Attempt) error {
+func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
-		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
+		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	stored, ok := s.deliveries[d.ID]
 	if !ok {
-		return fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, domain.ErrNotFound)
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, domain.ErrNotFound)
 	}
 	attempts := s.attempts[d.ID]
 	i, found := slices.BinarySearchFunc(attempts, a.Number, func(x domain.Attempt, n int) int { return cmp.Compare(x.Number, n) })
 	if found {
 		// The attempt number fences a worker whose lease expired, as the
 		// primary key does in PostgreSQL.
-		return fmt.Errorf("record attempt %d of delivery %s: %w: attempt exists", a.Number, d.ID, domain.ErrConflict)
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w: attempt exists", a.Number, d.ID, domain.ErrConflict)
 	}
 	a.DeliveryID = d.ID
 	a.SubscriptionID = stored.delivery.SubscriptionID
@@ -337,39 +341,91 @@ func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Att
 	a.CreatedAt = normalizeTime(a.CreatedAt)
 	s.attempts[d.ID] = slices.Insert(attempts, i, a)
 
-	next := stored.delivery
-	next.Attempts = d.Attempts
-	next.LastStatusCode = d.LastStatusCode
-	s.storeState(stored, next, d)
-	return nil
+	state := stored.delivery
+	state.Attempts = d.Attempts
+	state.LastStatusCode = d.LastStatusCode
+	return s.storeState(stored, state, d), nil
 }
 
-// storeState stores next, with the fields RecordAttempt and ReleaseDelivery
-// both take from d, as stored's delivery, clears its enqueued mark and
-// settles its event when it became terminal.
-func (s *Store) storeState(stored *storedDelivery, next, d domain.Delivery) {
-	next.Status = d.Status
-	next.NextAttemptAt = normalizeTime(d.NextAttemptAt)
-	next.LastError = d.LastError
-	next.Reason = d.Reason
-	next.UpdatedAt = normalizeTime(d.UpdatedAt)
-	stored.delivery = next
+// storeState stores state, with the fields RecordAttempt and ReleaseDelivery
+// both take from d, as stored's delivery, and clears its enqueued mark.
+// When the delivery became terminal it settles its event and, if the
+// delivery is ordered, returns the next in line.
+func (s *Store) storeState(stored *storedDelivery, state, d domain.Delivery) (next []string) {
+	state.Status = d.Status
+	state.NextAttemptAt = normalizeTime(d.NextAttemptAt)
+	state.LastError = d.LastError
+	state.Reason = d.Reason
+	state.UpdatedAt = normalizeTime(d.UpdatedAt)
+	stored.delivery = state
 	stored.enqueuedAt = time.Time{}
-	if next.Status.Terminal() {
-		s.rollUp(next.EventID)
+	if !state.Status.Terminal() {
+		return nil
 	}
+	s.rollUp(state.EventID)
+	if state.OrderingKey == "" {
+		return nil
+	}
+	return s.nextInLine(state.SubscriptionID, state.OrderingKey)
+}
+
+// held reports whether d is an ordered delivery that is not first in line
+// (SPEC §3): a delivery of its subscription and key for an earlier event is
+// not terminal, or an earlier event has not been fanned out yet.
+func (s *Store) held(d domain.Delivery) bool {
+	if d.OrderingKey == "" {
+		return false
+	}
+	for _, other := range s.deliveries {
+		o := other.delivery
+		if o.SubscriptionID == d.SubscriptionID && o.OrderingKey == d.OrderingKey &&
+			o.EventID < d.EventID && !o.Status.Terminal() {
+			return true
+		}
+	}
+	return s.unfannedBefore(d.EventID)
+}
+
+// unfannedBefore reports whether an event with an id below eventID has not
+// been fanned out yet.
+func (s *Store) unfannedBefore(eventID string) bool {
+	for id, e := range s.events {
+		if id < eventID && !e.fannedOut {
+			return true
+		}
+	}
+	return false
+}
+
+// nextInLine returns the delivery of subscriptionID and orderingKey with
+// the smallest event id among those not terminal, if it is first in line:
+// no earlier event awaits fan-out.
+func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
+	var first *domain.Delivery
+	for _, other := range s.deliveries {
+		o := &other.delivery
+		if o.SubscriptionID != subscriptionID || o.OrderingKey != orderingKey || o.Status.Terminal() {
+			continue
+		}
+		if first == nil || o.EventID < first.EventID {
+			first = o
+		}
+	}
+	if first == nil || s.unfannedBefore(first.EventID) {
+		return nil
+	}
+	return []string{first.ID}
 }
 
 // ReleaseDelivery implements ports.DeliveryStore.
-func (s *Store) ReleaseDelivery(_ context.Context, d domain.Delivery) error {
+func (s *Store) ReleaseDelivery(_ context.Context, d domain.Delivery) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	stored, ok := s.deliveries[d.ID]
 	if !ok {
-		return fmt.Errorf("release delivery %s: %w", d.ID, domain.ErrNotFound)
+		return nil, fmt.Errorf("release delivery %s: %w", d.ID, domain.ErrNotFound)
 	}
-	s.storeState(stored, stored.delivery, d)
-	return nil
+	return s.storeState(stored, stored.delivery, d), nil
 }
 
 // RetryDelivery implements ports.DeliveryStore.
@@ -512,6 +568,9 @@ func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter tim
 			continue
 		}
 		if !d.enqueuedAt.IsZero() && d.enqueuedAt.After(enqueuedBefore) {
+			continue
+		}
+		if s.held(d.delivery) {
 			continue
 		}
 		due = append(due, d)

@@ -332,17 +332,21 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 }
 
 // ClaimDelivery implements ports.DeliveryStore: one statement leases the
-// delivery and reads its event and subscription. Only when nothing was
-// claimed does a second query tell "does not exist" from "not claimable".
+// delivery and reads its event and subscription, and holds back an ordered
+// delivery that is not first in line. Only when nothing was claimed does a
+// second statement (HoldDelivery) tell "does not exist" from "not
+// claimable", and clear the enqueued mark of a held delivery.
 func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseMargin: interval(leaseMargin)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		exists, err := s.queries.DeliveryExists(ctx, id)
+		refused, err := s.queries.HoldDelivery(ctx, sqlcgen.HoldDeliveryParams{ID: id, Now: now})
 		switch {
 		case err != nil:
 			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
-		case !exists:
+		case !refused.Found:
 			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
+		case refused.Held:
+			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
 		default:
 			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
 		}
@@ -376,10 +380,11 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 
 // RecordAttempt implements ports.DeliveryStore. The delivery update and the
 // attempt insert are one statement, which is all a retry needs; a terminal
-// outcome also rolls the event's status up (see storeOutcome).
-func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) error {
+// outcome also rolls the event's status up and, for an ordered delivery,
+// finds the next in line (see storeOutcome).
+func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
-		return fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
+		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
 	}
 	params := sqlcgen.RecordAttemptParams{
 		ID:               d.ID,
@@ -398,39 +403,63 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 		AttemptCreatedAt: a.CreatedAt,
 	}
 	params.LockEvent = d.Status.Terminal()
-	err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (string, error) {
-		return q.RecordAttempt(ctx, params)
+	next, err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (outcomeRow, error) {
+		row, err := q.RecordAttempt(ctx, params)
+		return outcomeRow(row), err
 	})
 	if err != nil {
-		return fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
 	}
-	return nil
+	return next, nil
 }
 
-// storeOutcome runs write, one statement that stores a delivery's new state
-// and returns its event's id. A non-terminal state needs nothing else. A
-// terminal one also settles the event: write then locks the event row too
-// (its lock_event parameter), and a second statement in the same
-// transaction, with a snapshot taken after the lock, rolls the event up. Of
-// two deliveries that finish at once, the second therefore sees the first,
-// and the event does not stay pending.
-func (s *Store) storeOutcome(ctx context.Context, terminal bool, write func(q *sqlcgen.Queries) (eventID string, err error)) error {
+// outcomeRow is what the statements that store a delivery's new state
+// (RecordAttempt, ReleaseDelivery) return: the stored row's event,
+// subscription and ordering key, not the caller's copies.
+type outcomeRow struct {
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
+// storeOutcome runs write, one statement that stores a delivery's new state.
+// A non-terminal state needs nothing else. A terminal one also settles the
+// event: write then locks the event row too (its lock_event parameter), and
+// a second statement in the same transaction, with a snapshot taken after
+// the lock, rolls the event up. Of two deliveries that finish at once, the
+// second therefore sees the first, and the event does not stay pending. A
+// terminal ordered delivery lets the next of its key go: a third statement
+// (NextInLine) returns it if it is now first in line. Unordered deliveries,
+// most of them, never run it.
+func (s *Store) storeOutcome(ctx context.Context, terminal bool, write func(q *sqlcgen.Queries) (outcomeRow, error)) (next []string, err error) {
 	if !terminal {
 		_, err := write(s.queries)
-		return err
+		return nil, err
 	}
-	return s.inTx(ctx, func(q *sqlcgen.Queries) error {
-		eventID, err := write(q)
+	err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		row, err := write(q)
 		if err != nil {
 			return err
 		}
-		return q.RollUpEventStatus(ctx, []string{eventID})
+		if err := q.RollUpEventStatus(ctx, []string{row.EventID}); err != nil {
+			return err
+		}
+		if row.OrderingKey == "" {
+			return nil
+		}
+		next, err = q.NextInLine(ctx, sqlcgen.NextInLineParams{SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey})
+		return err
 	})
+	if err != nil || len(next) == 0 {
+		return nil, err
+	}
+	return next, nil
 }
 
 // ReleaseDelivery implements ports.DeliveryStore: a postponement is one
-// statement; a settlement also rolls the event up, as RecordAttempt does.
-func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) error {
+// statement; a settlement also rolls the event up and finds the next in
+// line, as RecordAttempt does.
+func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]string, error) {
 	params := sqlcgen.ReleaseDeliveryParams{
 		ID:            d.ID,
 		Status:        string(d.Status),
@@ -440,13 +469,14 @@ func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) error {
 		UpdatedAt:     d.UpdatedAt,
 		LockEvent:     d.Status.Terminal(),
 	}
-	err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (string, error) {
-		return q.ReleaseDelivery(ctx, params)
+	next, err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (outcomeRow, error) {
+		row, err := q.ReleaseDelivery(ctx, params)
+		return outcomeRow(row), err
 	})
 	if err != nil {
-		return fmt.Errorf("release delivery %s: %w", d.ID, interpretError(err))
+		return nil, fmt.Errorf("release delivery %s: %w", d.ID, interpretError(err))
 	}
-	return nil
+	return next, nil
 }
 
 // RetryDelivery implements ports.DeliveryStore with one statement that

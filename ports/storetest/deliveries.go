@@ -275,7 +275,9 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		next.Reason = domain.ReasonThrottled
 		a.ResponseBody = "upstream \xff\x00 busy" // bytes as received, not UTF-8
 		a.Duration = 1234567 * time.Nanosecond
-		require.NoError(t, f.store.RecordAttempt(f.ctx, next, a))
+		released, err := f.store.RecordAttempt(f.ctx, next, a)
+		require.NoError(t, err)
+		assert.Empty(t, released, "an unordered delivery lets nothing go")
 
 		got, err := f.store.GetDelivery(f.ctx, d.ID)
 		require.NoError(t, err)
@@ -304,7 +306,8 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		sub := f.subscription()
 		e := f.event()
 		d, a := attemptOf(newDelivery(e, sub, base), base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
-		assert.ErrorIs(t, f.store.RecordAttempt(f.ctx, d, a), domain.ErrNotFound)
+		_, err := f.store.RecordAttempt(f.ctx, d, a)
+		assert.ErrorIs(t, err, domain.ErrNotFound)
 		attempts, err := f.store.EventAttempts(f.ctx, e.ID)
 		require.NoError(t, err)
 		assert.Empty(t, attempts, "no attempt was stored")
@@ -357,7 +360,8 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 						status = final
 					}
 					d, a := attemptOf(claimed, base, outcome{status: status, statusCode: 200})
-					errs <- f.store.RecordAttempt(f.ctx, d, a)
+					_, err := f.store.RecordAttempt(f.ctx, d, a)
+					errs <- err
 				})
 			}
 			wg.Wait()

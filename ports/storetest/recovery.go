@@ -39,7 +39,8 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				prepare: func(f *fixture, d domain.Delivery) domain.Delivery {
 					d = f.claim(d, base)
 					d.Status, d.LastError, d.UpdatedAt = domain.DeliveryDead, "subscription disabled", base
-					require.NoError(f.t, f.store.ReleaseDelivery(f.ctx, d))
+					_, err := f.store.ReleaseDelivery(f.ctx, d)
+					require.NoError(f.t, err)
 					return wantDelivery(d)
 				},
 			},
@@ -50,7 +51,8 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 					d = f.claim(d, base.Add(time.Minute))
 					d.Status, d.Reason = domain.DeliveryRetrying, domain.ReasonCircuitOpen
 					d.NextAttemptAt, d.UpdatedAt = now.Add(-time.Second), base.Add(time.Minute)
-					require.NoError(f.t, f.store.ReleaseDelivery(f.ctx, d))
+					_, err := f.store.ReleaseDelivery(f.ctx, d)
+					require.NoError(f.t, err)
 					// The scheduler enqueues it; the retry must clear that
 					// mark, or the next scan would skip it for requeueAfter.
 					due, err := f.store.DueDeliveries(f.ctx, now.Add(-time.Second), requeueAfter, 10)
@@ -290,7 +292,8 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		for _, r := range races {
 			wg.Go(func() {
 				d, a := attemptOf(r.live, base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
-				errs <- f.store.RecordAttempt(f.ctx, d, a)
+				_, err := f.store.RecordAttempt(f.ctx, d, a)
+				errs <- err
 			})
 		}
 		wg.Wait()

@@ -94,7 +94,9 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				passed.Attempts += 7
 				passed.LastStatusCode = 418
 				passed.OrderingKey = "ignored"
-				require.NoError(t, f.store.ReleaseDelivery(f.ctx, passed))
+				next, err := f.store.ReleaseDelivery(f.ctx, passed)
+				require.NoError(t, err)
+				assert.Empty(t, next, "an unordered delivery lets nothing go")
 
 				want := claimed
 				want.Status = released.Status
@@ -132,7 +134,8 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		claimed.Reason = domain.ReasonThrottled
 		claimed.NextAttemptAt = base.Add(time.Second)
 		claimed.UpdatedAt = base
-		require.NoError(t, f.store.ReleaseDelivery(f.ctx, claimed))
+		_, err := f.store.ReleaseDelivery(f.ctx, claimed)
+		require.NoError(t, err)
 
 		due, err := f.store.DueDeliveries(f.ctx, base.Add(time.Second-time.Microsecond), requeueAfter, 10)
 		require.NoError(t, err)
@@ -147,8 +150,9 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f := newFixture(t, newStore)
 		d := newDelivery(f.event(), f.subscription(), base)
 		d.Status = domain.DeliveryDead
-		assert.ErrorIs(t, f.store.ReleaseDelivery(f.ctx, d), domain.ErrNotFound)
-		_, err := f.store.GetDelivery(f.ctx, d.ID)
+		_, err := f.store.ReleaseDelivery(f.ctx, d)
+		assert.ErrorIs(t, err, domain.ErrNotFound)
+		_, err = f.store.GetDelivery(f.ctx, d.ID)
 		assert.ErrorIs(t, err, domain.ErrNotFound, "nothing was stored")
 	})
 
@@ -170,7 +174,8 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 					// Half settle by an attempt, half without one.
 					if i%2 == 0 {
 						d, a := attemptOf(claimed, base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
-						errs <- f.store.RecordAttempt(f.ctx, d, a)
+						_, err := f.store.RecordAttempt(f.ctx, d, a)
+						errs <- err
 						return
 					}
 					claimed.Status = domain.DeliveryDelivered
@@ -178,7 +183,8 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 						claimed.Status = final
 					}
 					claimed.UpdatedAt = base
-					errs <- f.store.ReleaseDelivery(f.ctx, claimed)
+					_, err := f.store.ReleaseDelivery(f.ctx, claimed)
+					errs <- err
 				})
 			}
 			wg.Wait()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -35,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Recovery", func(t *testing.T) { t.Parallel(); testRecovery(t, newStore) })
 	t.Run("Listing", func(t *testing.T) { t.Parallel(); testListing(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })
+	t.Run("Ordering", func(t *testing.T) { t.Parallel(); testOrdering(t, newStore) })
 	t.Run("Ping", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)
@@ -139,7 +141,8 @@ func (f *fixture) event(mods ...func(*domain.Event)) domain.Event {
 	return stored
 }
 
-// newDelivery returns a pending delivery of e to sub, due at now.
+// newDelivery returns a pending delivery of e to sub, due at now, with the
+// ordering key sub resolves for e (none unless sub.OrderingKey is set).
 func newDelivery(e domain.Event, sub domain.Subscription, now time.Time) domain.Delivery {
 	return domain.Delivery{
 		ID:             domain.MustNewID(domain.DeliveryIDPrefix, now),
@@ -147,6 +150,7 @@ func newDelivery(e domain.Event, sub domain.Subscription, now time.Time) domain.
 		SubscriptionID: sub.ID,
 		Status:         domain.DeliveryPending,
 		NextAttemptAt:  now,
+		OrderingKey:    domain.OrderingKeyFor(sub, e),
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
@@ -195,12 +199,25 @@ type outcome struct {
 }
 
 // record records attempt number d.Attempts+1 of d ending in o at now and
-// returns the delivery and attempt as the store holds them.
+// returns the delivery and attempt as the store holds them. An unordered
+// delivery must let no other delivery go.
 func (f *fixture) record(d domain.Delivery, now time.Time, o outcome) (domain.Delivery, domain.Attempt) {
 	f.t.Helper()
+	d, a, next := f.recordNext(d, now, o)
+	if d.OrderingKey == "" {
+		assert.Empty(f.t, next, "an unordered delivery lets nothing go")
+	}
+	return d, a
+}
+
+// recordNext is record that also returns the deliveries the attempt let
+// go (RecordAttempt's next).
+func (f *fixture) recordNext(d domain.Delivery, now time.Time, o outcome) (domain.Delivery, domain.Attempt, []string) {
+	f.t.Helper()
 	d, a := attemptOf(d, now, o)
-	require.NoError(f.t, f.store.RecordAttempt(f.ctx, d, a))
-	return wantDelivery(d), wantAttempt(a)
+	next, err := f.store.RecordAttempt(f.ctx, d, a)
+	require.NoError(f.t, err)
+	return wantDelivery(d), wantAttempt(a), next
 }
 
 // attemptOf is the next attempt of d ending in o, and d after it.

@@ -23,6 +23,21 @@ WITH claimed AS (
       AND subscriptions.id = deliveries.subscription_id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= $1
+      AND (deliveries.ordering_key = '' OR (
+          NOT EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = deliveries.subscription_id
+                AND earlier.ordering_key = deliveries.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < deliveries.event_id
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < deliveries.event_id
+          )
+      ))
     RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
 )
 SELECT
@@ -63,6 +78,21 @@ type ClaimDeliveryRow struct {
 // or delivering with an expired lease), leases it for its subscription's
 // timeout plus @lease_margin, and returns it with its event and subscription
 // in one round trip.
+//
+// An ordered delivery must also be first in line (SPEC §3): no delivery of
+// its subscription and key for an earlier event is pending, retrying or
+// delivering (one probe of deliveries_ordering_idx), and no earlier event
+// awaits fan-out, since its deliveries may not exist yet (a scan of
+// events_unfanned_idx, which is tiny in steady state). The OR tests the key
+// first, so an unordered delivery never runs the subqueries: its plan and
+// cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
+// the predicate, NextInLine its second half; keep them alike.
+//
+// Under READ COMMITTED the subqueries read the statement's snapshot, which
+// errs only towards holding: an earlier delivery can only have become
+// terminal since, and fan-out marks an event and inserts its deliveries in
+// one statement, so an earlier event is seen either unfanned or with its
+// deliveries.
 func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, claimDelivery, arg.Now, arg.LeaseMargin, arg.ID)
 	var i ClaimDeliveryRow
@@ -160,6 +190,21 @@ WITH due AS (
     WHERE d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= $1
       AND (d.enqueued_at IS NULL OR d.enqueued_at <= $2::timestamptz)
+      AND (d.ordering_key = '' OR (
+          NOT EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = d.subscription_id
+                AND earlier.ordering_key = d.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < d.event_id
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < d.event_id
+          )
+      ))
     ORDER BY d.next_attempt_at, d.id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -178,9 +223,11 @@ type DueDeliveriesParams struct {
 }
 
 // The scheduler's scan: due, non-terminal deliveries not enqueued since
-// @enqueued_before, oldest first. SKIP LOCKED lets scans run in parallel,
-// and a row another scan marked meanwhile fails the re-checked condition, so
-// no delivery is returned twice.
+// @enqueued_before, oldest first, leaving out ordered ones that are not
+// first in line (ClaimDelivery's predicate; unordered rows skip its
+// subqueries), which a worker would only hold again. SKIP LOCKED lets scans
+// run in parallel, and a row another scan marked meanwhile fails the
+// re-checked condition, so no delivery is returned twice.
 func (q *Queries) DueDeliveries(ctx context.Context, arg DueDeliveriesParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, dueDeliveries, arg.Now, arg.EnqueuedBefore, arg.MaxRows)
 	if err != nil {
@@ -397,6 +444,59 @@ func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) 
 	return i, err
 }
 
+const holdDelivery = `-- name: HoldDelivery :one
+WITH held AS (
+    UPDATE deliveries SET enqueued_at = NULL
+    WHERE deliveries.id = $1
+      AND deliveries.status IN ('pending', 'retrying', 'delivering')
+      AND deliveries.next_attempt_at <= $2
+      AND deliveries.ordering_key <> ''
+      AND (
+          EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = deliveries.subscription_id
+                AND earlier.ordering_key = deliveries.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < deliveries.event_id
+          )
+          OR EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < deliveries.event_id
+          )
+      )
+    RETURNING deliveries.id
+)
+SELECT
+    EXISTS (SELECT 1 FROM deliveries WHERE deliveries.id = $1) AS found,
+    EXISTS (SELECT 1 FROM held) AS held
+`
+
+type HoldDeliveryParams struct {
+	ID  string
+	Now time.Time
+}
+
+type HoldDeliveryRow struct {
+	Found bool
+	Held  bool
+}
+
+// ClaimDelivery's second statement, run only when the claim took nothing.
+// found tells a delivery that does not exist from one that cannot be
+// claimed; held says the only obstacle was ordering: the delivery is due
+// and not terminal but not first in line (ClaimDelivery's predicate,
+// negated). A held delivery's enqueued mark is cleared: DueDeliveries
+// leaves it out while it is held, and its first scan after that enqueues
+// it.
+func (q *Queries) HoldDelivery(ctx context.Context, arg HoldDeliveryParams) (HoldDeliveryRow, error) {
+	row := q.db.QueryRow(ctx, holdDelivery, arg.ID, arg.Now)
+	var i HoldDeliveryRow
+	err := row.Scan(&i.Found, &i.Held)
+	return i, err
+}
+
 const listDeliveries = `-- name: ListDeliveries :many
 SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries
 WHERE id > $1
@@ -460,6 +560,54 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 	return items, nil
 }
 
+const nextInLine = `-- name: NextInLine :many
+SELECT nxt.id FROM (
+    SELECT d.id, d.event_id FROM deliveries d
+    WHERE d.subscription_id = $1
+      AND d.ordering_key = $2
+      AND d.ordering_key <> ''
+      AND d.status IN ('pending', 'retrying', 'delivering')
+    ORDER BY d.event_id
+    LIMIT 1
+) nxt
+WHERE NOT EXISTS (
+    SELECT 1 FROM events unfanned
+    WHERE unfanned.fanned_out_at IS NULL
+      AND unfanned.id < nxt.event_id
+)
+`
+
+type NextInLineParams struct {
+	SubscriptionID string
+	OrderingKey    string
+}
+
+// Run after an ordered delivery became terminal, in the transaction that
+// stored it: the next delivery of its subscription and key, the one with
+// the smallest event id among those not terminal (the first entry of
+// deliveries_ordering_idx for the pair, so nothing not terminal precedes
+// it), provided it is first in line now, that is, no earlier event awaits
+// fan-out (see ClaimDelivery). At most one row.
+func (q *Queries) NextInLine(ctx context.Context, arg NextInLineParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, nextInLine, arg.SubscriptionID, arg.OrderingKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const recordAttempt = `-- name: RecordAttempt :one
 WITH updated AS (
     UPDATE deliveries SET
@@ -472,7 +620,7 @@ WITH updated AS (
         enqueued_at = NULL,
         updated_at = $7
     WHERE deliveries.id = $8
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
 ), inserted AS (
     INSERT INTO attempts (
         delivery_id, subscription_id, attempt, status_code, response_body,
@@ -488,7 +636,7 @@ WITH updated AS (
     WHERE $15::boolean AND events.id = (SELECT updated.event_id FROM updated)
     FOR UPDATE
 )
-SELECT updated.event_id
+SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated
 JOIN inserted ON inserted.delivery_id = updated.id
 LEFT JOIN locked ON locked.id = updated.event_id
@@ -512,14 +660,21 @@ type RecordAttemptParams struct {
 	LockEvent        bool
 }
 
+type RecordAttemptRow struct {
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
 // Stores the delivery's new state and its attempt in one statement. The
 // enqueued mark is cleared so the scheduler's scan picks a retrying delivery
 // up as soon as it is due. With @lock_event (the delivery became terminal)
 // it also locks the event row until the transaction ends, which serialises
 // the status roll-up (RollUpEventStatus) of the event's deliveries: whoever
-// takes the lock second sees the first one's terminal delivery. Returns no
-// row when the delivery does not exist.
-func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (string, error) {
+// takes the lock second sees the first one's terminal delivery. It returns
+// the stored subscription and ordering key, for NextInLine. Returns no row
+// when the delivery does not exist.
+func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (RecordAttemptRow, error) {
 	row := q.db.QueryRow(ctx, recordAttempt,
 		arg.Status,
 		arg.Attempts,
@@ -537,9 +692,9 @@ func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (s
 		arg.AttemptCreatedAt,
 		arg.LockEvent,
 	)
-	var event_id string
-	err := row.Scan(&event_id)
-	return event_id, err
+	var i RecordAttemptRow
+	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
+	return i, err
 }
 
 const recoverDeliveries = `-- name: RecoverDeliveries :one
@@ -608,13 +763,13 @@ WITH updated AS (
         enqueued_at = NULL,
         updated_at = $5
     WHERE deliveries.id = $6
-    RETURNING deliveries.event_id
+    RETURNING deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
 ), locked AS (
     SELECT events.id FROM events
     WHERE $7::boolean AND events.id = (SELECT updated.event_id FROM updated)
     FOR UPDATE
 )
-SELECT updated.event_id
+SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated
 LEFT JOIN locked ON locked.id = updated.event_id
 `
@@ -629,11 +784,18 @@ type ReleaseDeliveryParams struct {
 	LockEvent     bool
 }
 
+type ReleaseDeliveryRow struct {
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
 // A claimed delivery's new state without an attempt (a postponement, or a
 // settlement that needs no request). Like RecordAttempt, it clears the
-// enqueued mark and, with @lock_event, locks the event row for the roll-up.
-// Returns no row when the delivery does not exist.
-func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams) (string, error) {
+// enqueued mark and, with @lock_event, locks the event row for the roll-up;
+// it returns the stored subscription and ordering key. Returns no row when
+// the delivery does not exist.
+func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams) (ReleaseDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, releaseDelivery,
 		arg.Status,
 		arg.NextAttemptAt,
@@ -643,9 +805,9 @@ func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams
 		arg.ID,
 		arg.LockEvent,
 	)
-	var event_id string
-	err := row.Scan(&event_id)
-	return event_id, err
+	var i ReleaseDeliveryRow
+	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
+	return i, err
 }
 
 const retryDelivery = `-- name: RetryDelivery :one
