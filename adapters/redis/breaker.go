@@ -1,0 +1,235 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// BreakerStateTTL is how long a breaker's key outlives its last change (or,
+// while open, the end of its open period), so subscriptions that stopped
+// receiving deliveries do not keep keys forever. A breaker that expires
+// reads as closed, which after a day without a change (no attempt finished,
+// no probe started) is the right state anyway.
+const BreakerStateTTL = 24 * time.Hour
+
+// breakerMaxAttempts bounds the optimistic transactions one call makes.
+// Every round that conflicts has a winner, so n callers racing on one
+// breaker finish within n rounds, and the race is short-lived: once the
+// breaker is open (or its probes are all out) further results change
+// nothing and need no transaction. The jittered backoff between rounds
+// spreads a crowd out so 100 is far more than needed.
+const breakerMaxAttempts = 100
+
+// Breakers is ports.Breakers on Redis: each subscription's domain.Breaker
+// in one string key, "<prefix>{sub:<id>}:breaker", updated with an
+// optimistic transaction (WATCH, GET, MULTI SET EXEC, retried on conflict).
+// The transitions are domain.Breaker's, computed here in Go; Redis only
+// stores the result. A closed breaker with no failures is no key at all,
+// and a call that leaves the state unchanged (the hot path: a closed
+// breaker allowing, or recording a success) costs one GET and no write.
+// Safe for concurrent use.
+type Breakers struct {
+	client goredis.UniversalClient
+	prefix string
+}
+
+var _ ports.Breakers = (*Breakers)(nil)
+
+// NewBreakers returns Breakers keeping their state under prefix ("" means
+// DefaultPrefix). The caller owns client and closes it. A nil client or a
+// prefix with '{' or '}' (which would break the hash tag) is a programming
+// error and panics.
+func NewBreakers(client goredis.UniversalClient, prefix string) *Breakers {
+	return &Breakers{client: client, prefix: checkedPrefix("breakers", client, prefix)}
+}
+
+// key is the breaker's key. The hash tag names the subscription, so all of
+// a subscription's keys share a Cluster slot.
+func (b *Breakers) key(subscriptionID string) string {
+	return b.prefix + "{sub:" + subscriptionID + "}:breaker"
+}
+
+// Allow applies domain.Breaker.Allow atomically; see ports.Breakers.
+func (b *Breakers) Allow(ctx context.Context, subscriptionID string, cfg domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
+	var allowed bool
+	var retryAt time.Time
+	_, err := b.update(ctx, subscriptionID, now, func(s domain.Breaker) domain.Breaker {
+		next, ok, at := s.Allow(cfg, now)
+		allowed, retryAt = ok, at
+		return next
+	})
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("redis breakers: allow %s: %w", subscriptionID, err)
+	}
+	return allowed, retryAt, nil
+}
+
+// Record applies domain.Breaker.Record atomically; see ports.Breakers.
+func (b *Breakers) Record(ctx context.Context, subscriptionID string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	next, err := b.update(ctx, subscriptionID, now, func(s domain.Breaker) domain.Breaker {
+		return s.Record(cfg, success, now)
+	})
+	if err != nil {
+		return domain.Breaker{}, fmt.Errorf("redis breakers: record %s: %w", subscriptionID, err)
+	}
+	return next, nil
+}
+
+// update reads the breaker, applies transition and stores the result. The
+// first read is a plain GET: when the transition changes nothing there is
+// nothing to make atomic, and the call ends there. Otherwise it runs the
+// transition again inside WATCH ... EXEC, from a fresh read, until no other
+// caller changed the key in between. transition may run several times; the
+// caller keeps what its last run decided.
+func (b *Breakers) update(ctx context.Context, subscriptionID string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
+	key := b.key(subscriptionID)
+	stored, err := b.client.Get(ctx, key).Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return domain.Breaker{}, interpretError(err)
+	}
+	next := transition(decodeBreaker(stored))
+	encoded := encodeBreaker(next)
+	if encoded == stored {
+		return next, nil
+	}
+
+	for attempt := range breakerMaxAttempts {
+		err := b.client.Watch(ctx, func(tx *goredis.Tx) error {
+			stored, err := tx.Get(ctx, key).Result()
+			if err != nil && !errors.Is(err, goredis.Nil) {
+				return err
+			}
+			next = transition(decodeBreaker(stored))
+			encoded = encodeBreaker(next)
+			if encoded == stored {
+				return nil // Close sends UNWATCH.
+			}
+			_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+				if encoded == "" {
+					p.Del(ctx, key) // closed with no failures: the default, no key needed
+				} else {
+					p.Set(ctx, key, encoded, breakerTTL(next, now))
+				}
+				return nil
+			})
+			return err
+		}, key)
+		switch {
+		case err == nil:
+			return next, nil
+		case errors.Is(err, goredis.TxFailedErr):
+			// Another worker changed the breaker between our GET and EXEC.
+			// Wait a little, longer each round, so a crowd of callers
+			// spreads out instead of colliding again.
+			if err := sleepCtx(ctx, rand.N(time.Duration(min(attempt+1, 20))*250*time.Microsecond)); err != nil {
+				return domain.Breaker{}, err
+			}
+		default:
+			return domain.Breaker{}, interpretError(err)
+		}
+	}
+	return domain.Breaker{}, fmt.Errorf("%s changed by other workers %d times in a row", key, breakerMaxAttempts)
+}
+
+// breakerTTL keeps an open breaker's key at least until its open period
+// ends, then BreakerStateTTL more.
+func breakerTTL(s domain.Breaker, now time.Time) time.Duration {
+	return BreakerStateTTL + max(s.OpenUntil.Sub(now), 0)
+}
+
+// encodeBreaker serializes s compactly as "<phase>:<failures>:<open until,
+// Unix ns>:<probes started>", the phase one letter (c, o, h). The zero
+// Breaker, closed with no failures, encodes as "": no key is stored for it.
+// Nanoseconds keep OpenUntil exact, so Allow decides at exactly the instant
+// the domain computed.
+func encodeBreaker(s domain.Breaker) string {
+	phase := "c"
+	switch s.Phase {
+	case domain.BreakerOpen:
+		phase = "o"
+	case domain.BreakerHalfOpen:
+		phase = "h"
+	}
+	if phase == "c" && s.Failures == 0 && s.OpenUntil.IsZero() && s.ProbesStarted == 0 {
+		return ""
+	}
+	var until int64
+	if !s.OpenUntil.IsZero() {
+		until = s.OpenUntil.UnixNano()
+	}
+	return phase + ":" + strconv.Itoa(s.Failures) + ":" + strconv.FormatInt(until, 10) + ":" + strconv.Itoa(s.ProbesStarted)
+}
+
+// decodeBreaker reads what encodeBreaker wrote. Like domain.Breaker reads an
+// unknown phase, a value it cannot parse reads as closed: a corrupted key
+// must not stop a subscription's deliveries for good (and the next change
+// overwrites it).
+func decodeBreaker(v string) domain.Breaker {
+	fields := strings.Split(v, ":")
+	if len(fields) != 4 {
+		return domain.Breaker{}
+	}
+	var s domain.Breaker
+	switch fields[0] {
+	case "o":
+		s.Phase = domain.BreakerOpen
+	case "h":
+		s.Phase = domain.BreakerHalfOpen
+	case "c":
+		s.Phase = domain.BreakerClosed
+	default:
+		return domain.Breaker{}
+	}
+	failures, err1 := strconv.Atoi(fields[1])
+	until, err2 := strconv.ParseInt(fields[2], 10, 64)
+	probes, err3 := strconv.Atoi(fields[3])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return domain.Breaker{}
+	}
+	s.Failures, s.ProbesStarted = failures, probes
+	if until != 0 {
+		s.OpenUntil = time.Unix(0, until).UTC()
+	}
+	return s
+}
+
+// sleepCtx waits d, or less if ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkedPrefix returns prefix, or DefaultPrefix for "", and panics on what
+// only a programming error can pass: a nil client, or a prefix that would
+// break the hash tag after it.
+func checkedPrefix(what string, client goredis.UniversalClient, prefix string) string {
+	if client == nil {
+		panic("redis " + what + ": client is nil")
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		panic(fmt.Sprintf("redis %s: prefix must not contain '{' or '}', got %q", what, prefix))
+	}
+	if prefix == "" {
+		return DefaultPrefix
+	}
+	return prefix
+}
