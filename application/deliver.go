@@ -13,18 +13,32 @@ import (
 )
 
 // leaseMargin is how much longer than its subscription's timeout a claimed
-// delivery belongs to its worker: time to record the outcome. If the worker
-// dies, the scheduler's scan finds the delivery due again once the lease has
-// passed.
+// delivery, and its concurrency slot, belong to their worker: time to record
+// the outcome. If the worker dies, both come back once the lease has passed.
 const leaseMargin = 5 * time.Second
 
-// Deliver makes one attempt of a delivery: claim it, sign and POST the
-// webhook, classify the answer and record the attempt and the outcome.
+// slotWait is how long a delivery that found every concurrency slot taken
+// waits before it is tried again; a slot frees when a request in flight
+// ends, which is usually sooner than a timeout.
+const slotWait = 100 * time.Millisecond
+
+// Deliver makes one attempt of a delivery: claim it; pass the endpoint's
+// protections (circuit breaker, rate limit, concurrency cap), postponing it
+// without an attempt when one says no; sign and POST the webhook; classify
+// the answer; record the attempt and the outcome.
 type Deliver struct {
 	Deliveries    ports.DeliveryStore
 	Subscriptions ports.SubscriptionStore
 	Sender        ports.Sender
+	Queue         ports.Queue
 	Clock         ports.Clock
+	// Breakers, Limiter and Semaphore protect endpoints; a nil one is
+	// skipped.
+	Breakers  ports.Breakers
+	Limiter   ports.RateLimiter
+	Semaphore ports.Semaphore
+	// Breaker configures every subscription's circuit breaker.
+	Breaker domain.BreakerConfig
 	// Random returns a number in [0, 1) for retry jitter.
 	Random func() float64
 	// UserAgent is sent on every request, e.g. "Dispatch/1.0.0".
@@ -34,14 +48,24 @@ type Deliver struct {
 // Attempted reports what Handle did, for metrics and logs.
 type Attempted struct {
 	// Skipped is true when no request was made: the delivery is gone,
-	// terminal, not yet due, held by another worker, or was dead-lettered
+	// terminal, not yet due, held back behind an earlier one, held by
+	// another worker, postponed by a protection, or was dead-lettered
 	// because its subscription is disabled.
-	Skipped  bool
-	Delivery domain.Delivery
-	Attempt  domain.Attempt
-	Outcome  domain.Outcome
+	Skipped bool
+	// Postponed names the protection that postponed the delivery
+	// (domain.ReasonThrottled, domain.ReasonCircuitOpen), if one did.
+	Postponed string
+	Delivery  domain.Delivery
+	Attempt   domain.Attempt
+	Outcome   domain.Outcome
+	// Breaker is the circuit's state after the attempt, when a breaker
+	// recorded it.
+	Breaker *domain.Breaker
 	// EventCreatedAt is when the event was accepted, for end-to-end latency.
 	EventCreatedAt time.Time
+	// Degraded reports a protection that failed open (its store was
+	// unreachable, so the request went ahead unprotected by it).
+	Degraded error
 }
 
 // Handle attempts delivery id. An error means the outcome could not be
@@ -56,25 +80,52 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 		return Attempted{}, fmt.Errorf("claim delivery %s: %w", id, err)
 	}
 	d, ev, sub := claimed.Delivery, claimed.Event, claimed.Subscription
+	// Whatever happens from here, the outcome must be stored even if the
+	// caller is shutting down: the delivery is leased to this worker.
+	keep := context.WithoutCancel(ctx)
 
 	if !sub.Active {
 		// No request is made, so no attempt is recorded.
 		d.Status, d.LastError, d.Reason, d.UpdatedAt = domain.DeliveryDead, "subscription is disabled", "", now
-		if err := uc.Deliveries.ReleaseDelivery(context.WithoutCancel(ctx), d); err != nil {
+		if err := uc.release(keep, d); err != nil {
 			return Attempted{}, fmt.Errorf("dead-letter delivery %s of disabled subscription: %w", d.ID, err)
 		}
 		return Attempted{Skipped: true, Delivery: d, EventCreatedAt: ev.CreatedAt}, nil
 	}
 
-	var out domain.Outcome
+	report := Attempted{EventCreatedAt: ev.CreatedAt}
+	until, reason, freeSlot, degraded := uc.protect(keep, d, sub, now)
+	report.Degraded = degraded
+	if reason != "" {
+		postponed := postpone(d, until, reason, now)
+		if err := uc.release(keep, postponed); err != nil {
+			return Attempted{}, fmt.Errorf("postpone delivery %s (%s): %w", d.ID, reason, err)
+		}
+		report.Skipped, report.Postponed, report.Delivery = true, reason, postponed
+		return report, nil
+	}
+
 	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
+	freeSlot()
+	var out domain.Outcome
 	if err != nil {
 		out = domain.ClassifyError(err)
 	} else {
 		out = domain.ClassifyResponse(res.StatusCode, res.RetryAfter, uc.Clock.Now())
 	}
-
 	finished := uc.Clock.Now()
+
+	if uc.Breakers != nil {
+		// Only failures that say the endpoint is unwell count against it;
+		// a 4xx is an answer from a healthy endpoint.
+		state, err := uc.Breakers.Record(keep, sub.ID, uc.Breaker, out.Kind != domain.OutcomeRetryable, finished)
+		if err != nil {
+			report.Degraded = errors.Join(report.Degraded, fmt.Errorf("record breaker outcome: %w", err))
+		} else {
+			report.Breaker = &state
+		}
+	}
+
 	next := d.Attempted(out, sub.RetryPolicy, finished, uc.Random)
 	next.LastStatusCode = res.StatusCode
 	next.LastError = ""
@@ -91,14 +142,13 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 		Duration:       res.Duration,
 		CreatedAt:      finished,
 	}
-	// Recording must not be cut short by the caller's shutdown: the
-	// endpoint has already seen the request.
-	recordCtx := context.WithoutCancel(ctx)
-	if err := uc.Deliveries.RecordAttempt(recordCtx, next, attempt); err != nil {
+	inLine, err := uc.Deliveries.RecordAttempt(keep, next, attempt)
+	if err != nil {
 		return Attempted{}, fmt.Errorf("record attempt %d of delivery %s: %w", attempt.Number, d.ID, err)
 	}
+	uc.enqueue(keep, inLine)
 	if out.Kind == domain.OutcomeGone {
-		_, err := uc.Subscriptions.UpdateSubscription(recordCtx, sub.ID, func(s *domain.Subscription) error {
+		_, err := uc.Subscriptions.UpdateSubscription(keep, sub.ID, func(s *domain.Subscription) error {
 			s.Active = false
 			s.DisabledReason = domain.DisabledGone
 			s.UpdatedAt = finished
@@ -108,7 +158,80 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 			return Attempted{}, fmt.Errorf("disable subscription %s after 410: %w", sub.ID, err)
 		}
 	}
-	return Attempted{Delivery: next, Attempt: attempt, Outcome: out, EventCreatedAt: ev.CreatedAt}, nil
+	report.Delivery, report.Attempt, report.Outcome = next, attempt, out
+	return report, nil
+}
+
+// protect asks the breaker, the rate limiter and the semaphore, in that
+// order, whether a request may go to sub now. When one says no it returns
+// the reason and when to try again. freeSlot gives the concurrency slot
+// back; it is safe to call whatever was returned. A protection whose store
+// fails lets the request through (fail open) and is reported as degraded:
+// an unreachable Redis must not stop deliveries.
+func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Subscription, now time.Time) (
+	until time.Time, reason string, freeSlot func(), degraded error,
+) {
+	freeSlot = func() {}
+	if uc.Breakers != nil {
+		allowed, retryAt, err := uc.Breakers.Allow(ctx, sub.ID, uc.Breaker, now)
+		switch {
+		case err != nil:
+			degraded = errors.Join(degraded, fmt.Errorf("circuit breaker: %w", err))
+		case !allowed:
+			return retryAt, domain.ReasonCircuitOpen, freeSlot, degraded
+		}
+	}
+	if uc.Limiter != nil {
+		allowed, wait, err := uc.Limiter.Take(ctx, sub.ID, sub.RateLimit)
+		switch {
+		case err != nil:
+			degraded = errors.Join(degraded, fmt.Errorf("rate limit: %w", err))
+		case !allowed:
+			return now.Add(wait), domain.ReasonThrottled, freeSlot, degraded
+		}
+	}
+	if uc.Semaphore != nil {
+		ok, err := uc.Semaphore.TryAcquire(ctx, sub.ID, d.ID, sub.MaxInFlight, sub.Timeout+leaseMargin)
+		switch {
+		case err != nil:
+			degraded = errors.Join(degraded, fmt.Errorf("concurrency cap: %w", err))
+		case !ok:
+			wait := slotWait + time.Duration(uc.Random()*float64(slotWait))
+			return now.Add(wait), domain.ReasonThrottled, freeSlot, degraded
+		default:
+			freeSlot = func() { _ = uc.Semaphore.Release(ctx, sub.ID, d.ID) } // a lost release expires with its lease
+		}
+	}
+	return time.Time{}, "", freeSlot, degraded
+}
+
+// postpone puts a claimed delivery back, due at until, without an attempt.
+func postpone(d domain.Delivery, until time.Time, reason string, now time.Time) domain.Delivery {
+	d.Status = domain.DeliveryPending
+	if d.Attempts > 0 {
+		d.Status = domain.DeliveryRetrying
+	}
+	d.NextAttemptAt, d.Reason, d.UpdatedAt = until, reason, now
+	return d
+}
+
+// release stores a delivery's new state without an attempt and enqueues
+// whatever it let through.
+func (uc *Deliver) release(ctx context.Context, d domain.Delivery) error {
+	inLine, err := uc.Deliveries.ReleaseDelivery(ctx, d)
+	if err != nil {
+		return err
+	}
+	uc.enqueue(ctx, inLine)
+	return nil
+}
+
+// enqueue appends deliveries that became first in line. If the append is
+// lost, the scheduler's scan finds them: they are due and not enqueued.
+func (uc *Deliver) enqueue(ctx context.Context, ids []string) {
+	if len(ids) > 0 && uc.Queue != nil {
+		_ = uc.Queue.Publish(ctx, ports.DeliveryStream, ids...)
+	}
 }
 
 // request builds the signed webhook of SPEC §3.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
 // Defaults of SPEC §7.
@@ -60,6 +61,14 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// BreakerFailureThreshold is how many consecutive failures open a
+	// subscription's circuit.
+	BreakerFailureThreshold int
+	// BreakerOpenDuration is how long an open circuit refuses requests.
+	BreakerOpenDuration time.Duration
+	// BreakerHalfOpenProbes is how many requests a half-open circuit lets
+	// through to test the endpoint.
+	BreakerHalfOpenProbes int
 
 	envErr error
 }
@@ -67,17 +76,20 @@ type Config struct {
 // DefaultConfig returns the defaults, before flags and environment.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:           DefaultDatabaseURL,
-		RedisURL:              DefaultRedisURL,
-		RedisKeyPrefix:        DefaultRedisKeyPrefix,
-		ListenAddr:            DefaultListenAddr,
-		SchedulerPollInterval: DefaultPollInterval,
-		SchedulerBatchSize:    application.DefaultSchedulerBatchSize,
-		VisibilityTimeout:     application.DefaultVisibilityTimeout,
-		WorkerConcurrency:     DefaultConcurrency,
-		MaxEventBytes:         DefaultMaxEventBytes,
-		IdempotencyWindow:     application.DefaultIdempotencyWindow,
-		LogLevel:              "info",
+		DatabaseURL:             DefaultDatabaseURL,
+		RedisURL:                DefaultRedisURL,
+		RedisKeyPrefix:          DefaultRedisKeyPrefix,
+		ListenAddr:              DefaultListenAddr,
+		SchedulerPollInterval:   DefaultPollInterval,
+		SchedulerBatchSize:      application.DefaultSchedulerBatchSize,
+		VisibilityTimeout:       application.DefaultVisibilityTimeout,
+		WorkerConcurrency:       DefaultConcurrency,
+		MaxEventBytes:           DefaultMaxEventBytes,
+		IdempotencyWindow:       application.DefaultIdempotencyWindow,
+		LogLevel:                "info",
+		BreakerFailureThreshold: domain.DefaultBreakerConfig().FailureThreshold,
+		BreakerOpenDuration:     domain.DefaultBreakerConfig().OpenDuration,
+		BreakerHalfOpenProbes:   domain.DefaultBreakerConfig().HalfOpenProbes,
 	}
 }
 
@@ -125,6 +137,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	parse((*intValue)(&c.BreakerFailureThreshold), "breaker-failure-threshold", "consecutive failures that open a subscription's circuit")
+	parse((*durationValue)(&c.BreakerOpenDuration), "breaker-open-duration", "how long an open circuit refuses requests")
+	parse((*intValue)(&c.BreakerHalfOpenProbes), "breaker-half-open-probes", "requests a half-open circuit lets through")
 	c.envErr = errors.Join(envErrs...)
 }
 
@@ -146,7 +161,19 @@ func (c *Config) Validate() error {
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
 	_, err := c.slogLevel()
 	errs = append(errs, err)
+	if err := c.Breaker().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("breaker: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// Breaker returns the circuit-breaker settings.
+func (c *Config) Breaker() domain.BreakerConfig {
+	return domain.BreakerConfig{
+		FailureThreshold: c.BreakerFailureThreshold,
+		OpenDuration:     c.BreakerOpenDuration,
+		HalfOpenProbes:   c.BreakerHalfOpenProbes,
+	}
 }
 
 func (c *Config) slogLevel() (slog.Level, error) {

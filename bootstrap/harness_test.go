@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,6 +178,7 @@ func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 	status, header := http.StatusOK, http.Header(nil)
 	if script != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the script may read it again
 		status, header = script(n, r)
 	}
 	e.mu.Lock()

@@ -136,10 +136,10 @@ var coreModule = fx.Module("core",
 		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.FanOut {
 			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock}
 		},
-		func(store ports.Store, sender ports.Sender, clock ports.Clock) *application.Deliver {
+		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config) *application.Deliver {
 			return &application.Deliver{
-				Deliveries: store, Subscriptions: store, Sender: sender, Clock: clock,
-				Random: rand.Float64, UserAgent: "Dispatch/" + Version,
+				Deliveries: store, Subscriptions: store, Sender: sender, Queue: queue, Clock: clock,
+				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
 			}
 		},
 		func(store ports.Store, clock ports.Clock, cfg Config) *application.Subscriptions {
