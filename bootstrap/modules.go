@@ -136,9 +136,10 @@ var coreModule = fx.Module("core",
 		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.FanOut {
 			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock}
 		},
-		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config) *application.Deliver {
+		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{
 				Deliveries: store, Subscriptions: store, Sender: sender, Queue: queue, Clock: clock,
+				Breakers: p.Breakers, Limiter: p.Limiter, Semaphore: p.Semaphore,
 				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
 			}
 		},
@@ -152,8 +153,34 @@ var coreModule = fx.Module("core",
 			return &application.Deliveries{Deliveries: store, Subscriptions: store, Queue: queue, Clock: clock}
 		},
 		newReady,
+		newProtections,
 	),
 )
+
+// protections are the shared endpoint protections, all on Redis. Each is
+// its own value in the graph, so a test can replace one with fx.Decorate.
+type protections struct {
+	fx.In
+	Breakers  ports.Breakers
+	Limiter   ports.RateLimiter
+	Semaphore ports.Semaphore
+}
+
+func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
+	ports.Breakers, ports.RateLimiter, ports.Semaphore,
+) {
+	semaphore := redis.NewFallbackSemaphore(
+		redis.NewSemaphore(client, cfg.RedisKeyPrefix),
+		memory.NewSemaphore(memory.SemaphoreOptions{}),
+		redis.FallbackOptions{
+			OnFallback: func(err error) {
+				m.SemaphoreFallback()
+				log.Warn("Redis semaphore unreachable; capping concurrency per process until it answers", "error", err)
+			},
+			OnRecover: func() { log.Info("Redis semaphore reachable again") },
+		})
+	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore
+}
 
 func newSender(cfg Config) ports.Sender {
 	return webhook.NewSender(webhook.SenderOptions{AllowPrivate: cfg.AllowPrivateTargets})

@@ -138,6 +138,13 @@ var workerModule = fx.Module("worker",
 					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", msg.Body, "error", err)
 					return nil
 				}
+				if res.Degraded != nil {
+					m.ProtectionFailed()
+					log.Warn("endpoint protection unavailable; request sent unprotected", "delivery_id", msg.Body, "error", res.Degraded)
+				}
+				if res.Postponed != "" {
+					m.Postponed(res.Postponed)
+				}
 				if !res.Skipped {
 					m.Attempted(res.Delivery.Status, res.Attempt.Duration, res.EventCreatedAt, res.Attempt.CreatedAt)
 					log.Debug("delivery attempted", "delivery_id", res.Delivery.ID, "attempt", res.Attempt.Number,

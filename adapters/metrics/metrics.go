@@ -22,6 +22,9 @@ type Metrics struct {
 	enqueueDeferred prometheus.Counter
 	schedulerSwept  *prometheus.CounterVec
 	malformed       *prometheus.CounterVec
+	postponed       *prometheus.CounterVec
+	semFallbacks    prometheus.Counter
+	degraded        prometheus.Counter
 }
 
 // New creates the collectors and registers them on reg.
@@ -57,11 +60,27 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_malformed_stream_entries_total",
 			Help: "Stream entries that named no valid event or delivery; acknowledged and dropped.",
 		}, []string{"stream"}),
+		postponed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_deliveries_postponed_total",
+			Help: "Deliveries postponed without an attempt, by reason: throttled, circuit_open.",
+		}, []string{"reason"}),
+		semFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_semaphore_fallbacks_total",
+			Help: "Switches from the Redis concurrency semaphore to the local one because Redis was unreachable.",
+		}),
+		degraded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_protection_failures_total",
+			Help: "Requests sent without a protection (breaker, rate limit, semaphore) because its store failed.",
+		}),
+	}
+	for _, reason := range []string{domain.ReasonThrottled, domain.ReasonCircuitOpen} {
+		m.postponed.WithLabelValues(reason)
 	}
 	for _, outcome := range []domain.DeliveryStatus{domain.DeliveryDelivered, domain.DeliveryRetrying, domain.DeliveryDead} {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
-	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept, m.malformed)
+	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept, m.malformed,
+		m.postponed, m.semFallbacks, m.degraded)
 	return m
 }
 
@@ -90,3 +109,13 @@ func (m *Metrics) Requeued(kind string, n int) {
 
 // Malformed counts one dropped stream entry of stream.
 func (m *Metrics) Malformed(stream string) { m.malformed.WithLabelValues(stream).Inc() }
+
+// Postponed counts one delivery postponed by a protection.
+func (m *Metrics) Postponed(reason string) { m.postponed.WithLabelValues(reason).Inc() }
+
+// SemaphoreFallback counts one switch to the local semaphore.
+func (m *Metrics) SemaphoreFallback() { m.semFallbacks.Inc() }
+
+// ProtectionFailed counts one request sent without a protection whose store
+// failed.
+func (m *Metrics) ProtectionFailed() { m.degraded.Inc() }

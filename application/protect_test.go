@@ -1,0 +1,179 @@
+package application_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// gate is a breaker, limiter and semaphore in one, each answer scripted.
+type gate struct {
+	mu          sync.Mutex
+	breakerOpen bool
+	breakerErr  error
+	recorded    []bool
+	throttle    time.Duration
+	full        bool
+	held        map[string]bool
+	released    []string
+}
+
+func (g *gate) Allow(_ context.Context, _ string, _ domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.breakerOpen, now.Add(30 * time.Second), g.breakerErr
+}
+
+func (g *gate) Record(_ context.Context, _ string, _ domain.BreakerConfig, success bool, _ time.Time) (domain.Breaker, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.recorded = append(g.recorded, success)
+	return domain.Breaker{Phase: domain.BreakerClosed}, g.breakerErr
+}
+
+func (g *gate) Take(context.Context, string, int) (bool, time.Duration, error) {
+	return g.throttle == 0, g.throttle, nil
+}
+
+func (g *gate) TryAcquire(_ context.Context, _, holder string, _ int, _ time.Duration) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.full {
+		return false, nil
+	}
+	if g.held == nil {
+		g.held = map[string]bool{}
+	}
+	g.held[holder] = true
+	return true, nil
+}
+
+func (g *gate) Release(_ context.Context, _, holder string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.held, holder)
+	g.released = append(g.released, holder)
+	return nil
+}
+
+func protected(p *pipeline, g *gate) {
+	p.deliver.Breakers, p.deliver.Limiter, p.deliver.Semaphore = g, g, g
+	p.deliver.Breaker = domain.DefaultBreakerConfig()
+}
+
+func TestProtectionsPostponeWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		gate   func() *gate
+		reason string
+		after  time.Duration
+	}{
+		{"open circuit", func() *gate { return &gate{breakerOpen: true} }, domain.ReasonCircuitOpen, 30 * time.Second},
+		{"rate limited", func() *gate { return &gate{throttle: 40 * time.Millisecond} }, domain.ReasonThrottled, 40 * time.Millisecond},
+		{"every slot taken", func() *gate { return &gate{full: true} }, domain.ReasonThrottled, 150 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline()
+			protected(p, tt.gate())
+			sub := p.subscribe(t, "a")
+			ev, id := p.fannedOut(t, sub)
+			now := p.clock.Now()
+			res, err := p.deliver.Handle(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Skipped || res.Postponed != tt.reason {
+				t.Fatalf("result = %+v, want postponed (%s)", res, tt.reason)
+			}
+			if len(p.sender.requests) != 0 {
+				t.Error("a request was sent")
+			}
+			d, _ := p.store.GetDelivery(context.Background(), id)
+			if d.Status != domain.DeliveryPending || d.Attempts != 0 || d.Reason != tt.reason {
+				t.Errorf("delivery = %s, %d attempts, reason %q; want pending, 0, %s", d.Status, d.Attempts, d.Reason, tt.reason)
+			}
+			if !d.NextAttemptAt.Equal(now.Add(tt.after)) {
+				t.Errorf("due again at +%s, want +%s", d.NextAttemptAt.Sub(now), tt.after)
+			}
+			if attempts, _ := p.events.Attempts(context.Background(), ev.ID); len(attempts) != 0 {
+				t.Errorf("%d attempts recorded, want none", len(attempts))
+			}
+		})
+	}
+}
+
+func TestProtectionsLetAHealthyRequestThroughAndFreeTheSlot(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g := &gate{}
+	protected(p, g)
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(503)}
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryRetrying {
+		t.Fatalf("result = %+v, %v; want one retryable attempt", res, err)
+	}
+	if len(g.held) != 0 || len(g.released) != 1 || g.released[0] != id {
+		t.Errorf("slots held %v, released %v; want the delivery's slot released", g.held, g.released)
+	}
+	if len(g.recorded) != 1 || g.recorded[0] {
+		t.Errorf("breaker recorded %v, want one failure", g.recorded)
+	}
+
+	// A 4xx is an answer from a healthy endpoint: it counts as a success
+	// for the breaker.
+	p.clock.Advance(time.Hour)
+	p.sender.script = []sendResult{answer(400)}
+	if _, err := p.deliver.Handle(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.recorded) != 2 || !g.recorded[1] {
+		t.Errorf("breaker recorded %v after a 400, want a success", g.recorded)
+	}
+}
+
+func TestABrokenBreakerStoreFailsOpen(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g := &gate{breakerErr: errors.New("redis: connection refused")}
+	protected(p, g)
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(200)}
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
+		t.Fatalf("result = %+v, %v; want delivered despite the breaker store", res, err)
+	}
+	if res.Degraded == nil {
+		t.Error("Degraded not reported")
+	}
+}
+
+func TestARetriedDeliveryIsPostponedAsRetrying(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g := &gate{}
+	protected(p, g)
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(500)}
+	first, _ := p.deliver.Handle(context.Background(), id)
+	p.clock.Advance(first.Delivery.NextAttemptAt.Sub(p.clock.Now()))
+	g.breakerOpen = true
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Postponed != domain.ReasonCircuitOpen {
+		t.Fatalf("result = %+v, %v", res, err)
+	}
+	d, _ := p.store.GetDelivery(context.Background(), id)
+	if d.Status != domain.DeliveryRetrying || d.Attempts != 1 {
+		t.Errorf("delivery = %s with %d attempts, want retrying with 1", d.Status, d.Attempts)
+	}
+}
