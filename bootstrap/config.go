@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
 )
@@ -43,8 +45,13 @@ type Config struct {
 	// APIKeys are the accepted bearer keys.
 	APIKeys []string
 	// AllowPrivateTargets lets subscriptions target loopback and private
-	// addresses.
+	// addresses: every address the SSRF guard would refuse.
 	AllowPrivateTargets bool
+	// AllowedTargets are CIDR ranges (a single address is a /32 or /128)
+	// that subscriptions may target although the SSRF guard refuses them,
+	// such as 10.20.0.0/16 for endpoints on an internal network. Checked at
+	// create/update and at every connection, like the guard itself.
+	AllowedTargets []netip.Prefix
 	// SchedulerPollInterval is the pause between scheduler scans.
 	SchedulerPollInterval time.Duration
 	// SchedulerBatchSize bounds each scan.
@@ -130,6 +137,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	str(&c.AdminAddr, "admin-addr", "address of /health, /ready, /metrics for worker and scheduler (off when empty)")
 	parse((*listValue)(&c.APIKeys), "api-keys", "comma-separated accepted API keys")
 	parse((*boolValue)(&c.AllowPrivateTargets), "allow-private-targets", "let subscriptions target loopback and private addresses")
+	parse((*prefixListValue)(&c.AllowedTargets), "allowed-targets", "comma-separated CIDR ranges and IP addresses subscriptions may target although the SSRF guard refuses them")
 	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans")
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
@@ -164,7 +172,16 @@ func (c *Config) Validate() error {
 	if err := c.Breaker().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("breaker: %w", err))
 	}
+	if err := c.TargetPolicy().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("allowed-targets: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// TargetPolicy returns the SSRF guard's policy, shared by the create/update
+// check of subscription URLs and the delivery client's dialer.
+func (c *Config) TargetPolicy() webhook.Policy {
+	return webhook.Policy{AllowPrivate: c.AllowPrivateTargets, Allowed: c.AllowedTargets}
 }
 
 // Breaker returns the circuit-breaker settings.
@@ -194,6 +211,26 @@ func (v *listValue) Set(s string) error {
 			*v = append(*v, part)
 		}
 	}
+	return nil
+}
+
+// prefixListValue parses with webhook.ParseAllowedTargets: strictly, since
+// a typo would change what the SSRF guard lets through.
+type prefixListValue []netip.Prefix
+
+func (v *prefixListValue) String() string {
+	parts := make([]string, len(*v))
+	for i, p := range *v {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
+}
+func (v *prefixListValue) Set(s string) error {
+	prefixes, err := webhook.ParseAllowedTargets(s)
+	if err != nil {
+		return err
+	}
+	*v = prefixes
 	return nil
 }
 

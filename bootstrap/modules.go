@@ -143,8 +143,9 @@ var coreModule = fx.Module("core",
 				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
 			}
 		},
-		func(store ports.Store, clock ports.Clock, cfg Config) *application.Subscriptions {
-			return &application.Subscriptions{Store: store, Clock: clock, Guard: webhook.Guard{AllowPrivate: cfg.AllowPrivateTargets}}
+		newGuard,
+		func(store ports.Store, clock ports.Clock, guard ports.EndpointGuard) *application.Subscriptions {
+			return &application.Subscriptions{Store: store, Clock: clock, Guard: guard}
 		},
 		func(store ports.Store) *application.Events {
 			return &application.Events{Events: store, Deliveries: store}
@@ -182,8 +183,16 @@ func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger
 	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore
 }
 
+// newSender and newGuard apply the same SSRF policy: the guard when a
+// subscription's URL is set, the sender's dialer at every connection. Each
+// is its own value in the graph, so a test can replace one with fx.Decorate
+// (a guard with a scripted resolver, to test DNS rebinding).
 func newSender(cfg Config) ports.Sender {
-	return webhook.NewSender(webhook.SenderOptions{AllowPrivate: cfg.AllowPrivateTargets})
+	return webhook.NewSender(webhook.SenderOptions{Policy: cfg.TargetPolicy()})
+}
+
+func newGuard(cfg Config) ports.EndpointGuard {
+	return webhook.Guard{Policy: cfg.TargetPolicy()}
 }
 
 // Ready reports whether the store and the queue are reachable.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -35,11 +36,12 @@ type SenderOptions struct {
 	// per endpoint host. Size it for the deliveries usually in flight to
 	// one host, or bursts reconnect. 0 means DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int
-	// AllowPrivate lets deliveries reach loopback, private, link-local and
-	// the other addresses ForbiddenAddress refuses
-	// (DISPATCH_ALLOW_PRIVATE_TARGETS; `dispatch dev` sets it). When false
-	// every connection is checked after DNS resolution.
-	AllowPrivate bool
+	// Policy decides which addresses deliveries may connect to; the zero
+	// value refuses loopback, private, link-local and every other address
+	// ForbiddenAddress refuses. Unless it permits everything, each
+	// connection is checked after DNS resolution. Give the Guard the same
+	// Policy.
+	Policy Policy
 	// DefaultTimeout applies to requests whose Timeout is 0. 0 means
 	// DefaultTimeout.
 	DefaultTimeout time.Duration
@@ -52,6 +54,9 @@ func (o SenderOptions) Validate() error {
 	}
 	if o.DefaultTimeout < 0 {
 		return fmt.Errorf("webhook sender: default timeout must be >= 0, got %s", o.DefaultTimeout)
+	}
+	if err := o.Policy.Validate(); err != nil {
+		return fmt.Errorf("webhook sender: allowed targets: %w", err)
 	}
 	return nil
 }
@@ -77,8 +82,9 @@ func NewSender(opts SenderOptions) *Sender {
 		opts.DefaultTimeout = DefaultTimeout
 	}
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	if !opts.AllowPrivate {
-		dialer.Control = guardDial
+	if !opts.Policy.AllowPrivate {
+		policy := Policy{Allowed: slices.Clone(opts.Policy.Allowed)} // the caller may reuse its slice
+		dialer.Control = policy.controlDial
 	}
 	transport := &http.Transport{
 		// No proxy from the environment: the guard must see the endpoint's

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,7 +71,7 @@ func TestSendPostsHeadersAndBody(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = io.WriteString(w, "thanks")
 	})
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
@@ -103,7 +104,7 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 		}
 		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
 	})
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL + "/hook", Body: []byte("{}"), Timeout: 5 * time.Second})
 	require.NoError(t, err, "a redirect is a response, not a transport error")
 	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
@@ -117,7 +118,7 @@ func TestSendTruncatesBodyAndReusesConnection(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, big)
 	})
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	for range 20 {
 		resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
 		require.NoError(t, err)
@@ -138,7 +139,7 @@ func TestSendGivesUpOnHugeBodyWithoutReadingIt(t *testing.T) {
 			}
 		}
 	})
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Timeout: 5 * time.Second})
 	require.NoError(t, err)
 	assert.Len(t, resp.Body, domain.MaxResponseBody)
@@ -156,7 +157,7 @@ func TestSendTimeout(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // runs before the server's Close
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 
 	const timeout = 100 * time.Millisecond
 	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: timeout})
@@ -166,7 +167,7 @@ func TestSendTimeout(t *testing.T) {
 	assert.Less(t, resp.Duration, 5*time.Second)
 
 	// A request without a Timeout gets the sender's default.
-	s = newSender(t, webhook.SenderOptions{AllowPrivate: true, DefaultTimeout: timeout})
+	s = newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, DefaultTimeout: timeout})
 	_, err = s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}")})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
@@ -178,7 +179,7 @@ func TestSendConnectionRefused(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: "http://" + addr, Timeout: 5 * time.Second})
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, domain.ErrForbiddenDestination)
@@ -190,7 +191,7 @@ func TestSendConnectionRefused(t *testing.T) {
 func TestSendRefusesPrivateDestinations(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t, func(http.ResponseWriter, *http.Request) {})
-	s := newSender(t, webhook.SenderOptions{}) // AllowPrivate false
+	s := newSender(t, webhook.SenderOptions{}) // the zero Policy refuses loopback
 
 	for _, url := range []string{
 		e.URL, // 127.0.0.1
@@ -205,7 +206,7 @@ func TestSendRefusesPrivateDestinations(t *testing.T) {
 
 func TestSendInvalidURL(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	_, err := s.Send(t.Context(), ports.WebhookRequest{URL: "http://[::1", Timeout: time.Second})
 	assert.Error(t, err)
 }
@@ -217,7 +218,7 @@ func TestSendConcurrent(t *testing.T) {
 		hits.Add(1)
 		_, _ = io.Copy(w, r.Body)
 	})
-	s := newSender(t, webhook.SenderOptions{AllowPrivate: true, MaxIdleConnsPerHost: 16})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxIdleConnsPerHost: 16})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -242,6 +243,28 @@ func TestSenderOptionsValidate(t *testing.T) {
 	assert.NoError(t, webhook.SenderOptions{}.Validate())
 	assert.Error(t, webhook.SenderOptions{MaxIdleConnsPerHost: -1}.Validate())
 	assert.Error(t, webhook.SenderOptions{DefaultTimeout: -time.Second}.Validate())
+	err := webhook.SenderOptions{Policy: webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/16")}}}.Validate()
+	assert.ErrorContains(t, err, "webhook sender: allowed targets: entry 1 10.20.1.0/16: has bits set past the /16 prefix; did you mean 10.20.0.0/16?")
+}
+
+// TestSendAllowListPermitsOnlyItsRanges checks the connect-time guard with
+// an allow-list: loopback is reached when 127.0.0.0/8 is listed, and refused,
+// with the address named, when only another private range is.
+func TestSendAllowListPermitsOnlyItsRanges(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	req := ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second}
+
+	allowed := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	resp, err := allowed.Send(t.Context(), req)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	other := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
+	_, err = other.Send(t.Context(), req)
+	require.ErrorIs(t, err, domain.ErrForbiddenDestination)
+	assert.ErrorContains(t, err, "destination address is not allowed: 127.0.0.1 (loopback)")
+	assert.EqualValues(t, 1, e.newConns.Load(), "only the allowed sender connected")
 }
 
 func BenchmarkSend(b *testing.B) {
@@ -249,7 +272,7 @@ func BenchmarkSend(b *testing.B) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 	})
-	s := newSender(b, webhook.SenderOptions{AllowPrivate: true})
+	s := newSender(b, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	header := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"Dispatch/bench"}}
 	body := bytes.Repeat([]byte("x"), 1024)
 	ctx := b.Context()

@@ -191,7 +191,45 @@ func TestGuardAllowsPrivateTargetsOnlyWhenTold(t *testing.T) {
 	if err := (webhook.Guard{}).CheckURL(ctx, "http://127.0.0.1:9/hook"); !errors.Is(err, domain.ErrForbiddenDestination) {
 		t.Errorf("default guard on loopback = %v, want ErrForbiddenDestination", err)
 	}
-	if err := (webhook.Guard{AllowPrivate: true}).CheckURL(ctx, "http://127.0.0.1:9/hook"); err != nil {
+	if err := (webhook.Guard{Policy: webhook.Policy{AllowPrivate: true}}).CheckURL(ctx, "http://127.0.0.1:9/hook"); err != nil {
 		t.Errorf("guard allowing private targets refused loopback: %v", err)
+	}
+}
+
+func TestGuardAppliesTheAllowList(t *testing.T) {
+	t.Parallel()
+	resolver := fakeResolver{
+		"hooks.internal": {"10.20.1.2"},
+		"db.internal":    {"10.30.0.5"},
+		"split.internal": {"10.20.1.2", "10.30.0.5"},
+	}
+	guard := webhook.Guard{
+		Policy:   webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("127.0.0.1/32")}},
+		Resolver: resolver,
+	}
+	tests := []struct {
+		url     string
+		refusal string // "" when accepted
+	}{
+		{url: "https://hooks.internal/x"},
+		{url: "http://127.0.0.1:9/x"},
+		{url: "http://[::ffff:127.0.0.1]:9/x"},
+		{url: "http://10.20.255.255/x"},
+		{url: "https://db.internal/x", refusal: "url host db.internal: destination address is not allowed: 10.30.0.5 (private)"},
+		{url: "https://split.internal/x", refusal: "url host split.internal: destination address is not allowed: 10.30.0.5 (private)"},
+		{url: "http://127.0.0.2/x", refusal: "url host: destination address is not allowed: 127.0.0.2 (loopback)"},
+		{url: "http://169.254.169.254/latest/meta-data", refusal: "url host: destination address is not allowed: 169.254.169.254 (cloud metadata service)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			err := guard.CheckURL(t.Context(), tc.url)
+			if tc.refusal == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, domain.ErrForbiddenDestination)
+			assert.EqualError(t, err, tc.refusal)
+		})
 	}
 }
