@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
@@ -15,6 +16,9 @@ type Subscriptions struct {
 	// Guard refuses endpoint URLs that resolve to forbidden addresses.
 	Guard ports.EndpointGuard
 	Clock ports.Clock
+	// RotationOverlap is how long a replaced secret keeps signing
+	// (domain.DefaultRotationOverlap when zero).
+	RotationOverlap time.Duration
 }
 
 // Create validates in, checks the endpoint URL against the SSRF guard and
@@ -58,6 +62,28 @@ func (uc *Subscriptions) Update(ctx context.Context, id string, patch domain.Sub
 	now := uc.Clock.Now()
 	return uc.Store.UpdateSubscription(ctx, id, func(s *domain.Subscription) error {
 		return s.Apply(patch, now)
+	})
+}
+
+// RotateSecret makes secret (a whsec_ string; generated when empty) the
+// signing secret of subscription id. The previous one keeps signing for the
+// rotation overlap, so receivers can switch without dropping a webhook.
+func (uc *Subscriptions) RotateSecret(ctx context.Context, id, secret string) (domain.Subscription, error) {
+	next := domain.MustGenerateSecret()
+	if secret != "" {
+		parsed, err := domain.ParseSecret(secret)
+		if err != nil {
+			return domain.Subscription{}, &domain.ValidationError{Field: "secret", Message: err.Error()}
+		}
+		next = parsed
+	}
+	overlap := uc.RotationOverlap
+	if overlap == 0 {
+		overlap = domain.DefaultRotationOverlap
+	}
+	now := uc.Clock.Now()
+	return uc.Store.UpdateSubscription(ctx, id, func(s *domain.Subscription) error {
+		return s.RotateSecret(next, now, overlap)
 	})
 }
 

@@ -312,3 +312,26 @@ func (s *Subscription) Apply(p SubscriptionPatch, now time.Time) error {
 	*s = next
 	return nil
 }
+
+// DefaultRotationOverlap is how long the previous secret keeps signing after
+// a rotation, so receivers can switch without dropping a webhook.
+const DefaultRotationOverlap = 24 * time.Hour
+
+// RotateSecret makes next the signing secret; the current one keeps signing
+// too until now+overlap. A rotation during an overlap drops the oldest
+// secret: at most two sign at once.
+func (s *Subscription) RotateSecret(next Secret, now time.Time, overlap time.Duration) error {
+	if next.IsZero() {
+		return invalid("secret", "is required")
+	}
+	if next.Equal(s.Secret) {
+		return invalid("secret", "must differ from the current secret")
+	}
+	if overlap < 0 {
+		return invalid("overlap", "must not be negative, got %s", overlap)
+	}
+	now = now.UTC().Truncate(time.Microsecond)
+	s.PreviousSecret, s.PreviousSecretExpiresAt = s.Secret, now.Add(overlap)
+	s.Secret, s.UpdatedAt = next, now
+	return nil
+}

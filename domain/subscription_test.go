@@ -148,3 +148,33 @@ func TestSubscriptionApply(t *testing.T) {
 		t.Error("a refused patch changed the subscription")
 	}
 }
+
+func TestRotateSecret(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	first, second, third := MustGenerateSecret(), MustGenerateSecret(), MustGenerateSecret()
+	s := Subscription{Secret: first}
+	if err := s.RotateSecret(second, now, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Secret.Equal(second) || !s.PreviousSecret.Equal(first) || !s.PreviousSecretExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("after rotation: %+v", s)
+	}
+	if got := s.SigningSecrets(now.Add(time.Minute)); len(got) != 2 {
+		t.Errorf("%d secrets sign during the overlap, want 2", len(got))
+	}
+	if err := s.RotateSecret(third, now.Add(time.Minute), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if !s.PreviousSecret.Equal(second) {
+		t.Error("a second rotation must keep only the secret it replaced")
+	}
+	for _, bad := range []Secret{{}, third} {
+		if err := s.RotateSecret(bad, now, time.Hour); err == nil {
+			t.Errorf("RotateSecret accepted %v", bad)
+		}
+	}
+	if err := s.RotateSecret(MustGenerateSecret(), now, -time.Second); err == nil {
+		t.Error("RotateSecret accepted a negative overlap")
+	}
+}

@@ -7,17 +7,30 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
+	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 const key = "k1"
+
+// fakeDNS resolves localhost to loopback and every other name to a public
+// address, so the SSRF guard runs without a network.
+type fakeDNS struct{}
+
+func (fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "localhost" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+}
 
 // nopQueue accepts every publish; these tests look at the store.
 type nopQueue struct{ ports.Queue }
@@ -37,8 +50,9 @@ func newServer(t *testing.T) *server {
 	httpapi.New(mux, httpapi.Config{Version: "test", APIKeys: []string{"k0", key}, MaxEventBytes: 4096},
 		httpapi.UseCases{
 			Ingest:        &application.Ingest{Events: store, Queue: nopQueue{}, Clock: clock},
-			Subscriptions: &application.Subscriptions{Store: store, Clock: clock},
+			Subscriptions: &application.Subscriptions{Store: store, Clock: clock, Guard: webhook.Guard{Resolver: fakeDNS{}}},
 			Events:        &application.Events{Events: store, Deliveries: store},
+			Deliveries:    &application.Deliveries{Deliveries: store, Subscriptions: store, Queue: nopQueue{}, Clock: clock},
 		}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -112,6 +126,23 @@ func TestBadRequestsGetAPreciseErrorAndChangeNothing(t *testing.T) {
 		{"unknown event attempts", "GET", "/v1/events/evt_nope/attempts", "", nil, 404},
 		{"bad cursor", "GET", "/v1/subscriptions?cursor=not-a-cursor", "", nil, 400},
 		{"limit too large", "GET", "/v1/subscriptions?limit=100000", "", nil, 422},
+		{"metadata address", "POST", "/v1/subscriptions", `{"url":"http://169.254.169.254/latest","event_types":["a"]}`, nil, 422},
+		{"host resolving to loopback", "POST", "/v1/subscriptions", `{"url":"http://localhost:9/hook","event_types":["a"]}`, nil, 422},
+		{"private address", "POST", "/v1/subscriptions", `{"url":"https://10.0.0.8/hook","event_types":["a"]}`, nil, 422},
+		{"zero timeout", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"timeout":"0s"}`, nil, 422},
+		{"unknown retry strategy", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"retry_policy":{"strategy":"linear"}}`, nil, 422},
+		{"reserved header", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"headers":{"webhook-signature":"x"}}`, nil, 422},
+		{"wrong content type", "POST", "/v1/events", `{"type":"a","source":"s","data":{}}`, []string{"Content-Type", "text/plain"}, 415},
+		{"non-json body", "POST", "/v1/events", `type=a`, nil, 400},
+		{"unknown delivery", "GET", "/v1/deliveries/dlv_nope", "", nil, 404},
+		{"retry unknown delivery", "POST", "/v1/deliveries/dlv_nope/retry", "", nil, 404},
+		{"bad delivery status filter", "GET", "/v1/deliveries?status=lost", "", nil, 422},
+		{"patch unknown subscription", "PATCH", "/v1/subscriptions/sub_nope", `{"description":"x"}`, nil, 404},
+		{"rotate unknown subscription", "POST", "/v1/subscriptions/sub_nope/rotate-secret", "", nil, 404},
+		{"secret of unknown subscription", "GET", "/v1/subscriptions/sub_nope/secret", "", nil, 404},
+		{"recover unknown subscription", "POST", "/v1/subscriptions/sub_nope/recover", `{"since":"2026-01-01T00:00:00Z"}`, nil, 404},
+		{"recover without since", "POST", "/v1/subscriptions/sub_nope/recover", `{}`, nil, 422},
+		{"long idempotency key", "POST", "/v1/events", `{"type":"a","source":"s","data":{}}`, []string{"Idempotency-Key", strings.Repeat("k", 300)}, 422},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +152,9 @@ func TestBadRequestsGetAPreciseErrorAndChangeNothing(t *testing.T) {
 			}
 			if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
 				t.Errorf("content type = %q, want application/problem+json", ct)
+			}
+			if body["status"] != float64(tt.status) || body["title"] == "" || body["title"] == nil {
+				t.Errorf("problem = %v, want status %d and a title", body, tt.status)
 			}
 			if subs, events := s.counts(t); subs != 0 || events != 0 {
 				t.Errorf("store changed: %d subscriptions, %d events", subs, events)
@@ -233,3 +267,36 @@ func TestHealthNeedsNoKey(t *testing.T) {
 }
 
 var farFuture = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestRotateSecretKeepsThePreviousOneSigning(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	_, sub := s.do(t, "POST", "/v1/subscriptions", `{"url":"https://example.com/hook","event_types":["a"]}`)
+	id, first := sub["id"].(string), sub["secret"].(string)
+	res, rotated := s.do(t, "POST", "/v1/subscriptions/"+id+"/rotate-secret", "")
+	if res.StatusCode != 200 {
+		t.Fatalf("rotate = %d %v", res.StatusCode, rotated)
+	}
+	second, _ := rotated["secret"].(string)
+	if !strings.HasPrefix(second, "whsec_") || second == first {
+		t.Errorf("rotated secret %q, want a new whsec_ secret", second)
+	}
+	expires, err := time.Parse(time.RFC3339Nano, rotated["previous_secret_expires_at"].(string))
+	if err != nil || time.Until(expires) < 23*time.Hour {
+		t.Errorf("previous_secret_expires_at = %v, want about 24h from now", rotated["previous_secret_expires_at"])
+	}
+	_, got := s.do(t, "GET", "/v1/subscriptions/"+id+"/secret", "")
+	if got["secret"] != second {
+		t.Errorf("GET secret = %v, want the rotated one", got["secret"])
+	}
+	chosen := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	if _, again := s.do(t, "POST", "/v1/subscriptions/"+id+"/rotate-secret", `{"secret":"`+chosen+`"}`); again["secret"] != chosen {
+		t.Errorf("rotate to a chosen secret answered %v", again["secret"])
+	}
+	if res, _ := s.do(t, "POST", "/v1/subscriptions/"+id+"/rotate-secret", `{"secret":"nope"}`); res.StatusCode != 422 {
+		t.Errorf("rotate to a bad secret = %d, want 422", res.StatusCode)
+	}
+	if _, again := s.do(t, "GET", "/v1/subscriptions/"+id+"/secret", ""); again["secret"] != chosen {
+		t.Error("a refused rotation changed the secret")
+	}
+}

@@ -176,6 +176,33 @@ type patchSubscriptionInput struct {
 	Body SubscriptionPatch
 }
 
+type rotateSecretInput struct {
+	ID   string `path:"id" maxLength:"64" doc:"Subscription id."`
+	Body *struct {
+		Secret string `json:"secret,omitempty" doc:"The new whsec_ secret; generated when absent."`
+	}
+}
+
+// SecretOutput is a subscription's signing secret.
+type SecretOutput struct {
+	Secret string `json:"secret" doc:"The current signing secret (whsec_…)." example:"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`
+	// PreviousSecretExpiresAt is set while a replaced secret still signs.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at" doc:"Until when the replaced secret keeps signing too; null when none does."`
+}
+
+type secretOutput struct {
+	Body SecretOutput
+}
+
+func secretJSON(s domain.Subscription, now time.Time) SecretOutput {
+	out := SecretOutput{Secret: s.Secret.Reveal()}
+	if !s.PreviousSecret.IsZero() && s.PreviousSecretExpiresAt.After(now) {
+		at := s.PreviousSecretExpiresAt
+		out.PreviousSecretExpiresAt = &at
+	}
+	return out
+}
+
 type recoverInput struct {
 	ID   string `path:"id" maxLength:"64" doc:"Subscription id."`
 	Body struct {
@@ -249,6 +276,35 @@ func (h *handlers) registerSubscriptions(api huma.API) {
 			return nil, problem(ctx, h.log, err)
 		}
 		return &subscriptionOutput{Body: subscriptionJSON(sub)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "rotate-subscription-secret", Method: http.MethodPost, Path: "/v1/subscriptions/{id}/rotate-secret",
+		Summary: "Rotate a subscription's signing secret", Tags: tags,
+		Description: "Replaces the signing secret. The previous one keeps signing too (both signatures in " +
+			"webhook-signature) until previous_secret_expires_at, 24 h by default.",
+	}, func(ctx context.Context, in *rotateSecretInput) (*secretOutput, error) {
+		var secret string
+		if in.Body != nil {
+			secret = in.Body.Secret
+		}
+		sub, err := h.subscriptions.RotateSecret(ctx, in.ID, secret)
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		return &secretOutput{Body: secretJSON(sub, sub.UpdatedAt)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "get-subscription-secret", Method: http.MethodGet, Path: "/v1/subscriptions/{id}/secret",
+		Summary: "Get a subscription's signing secret", Tags: tags,
+		Description: "The only read that returns the secret, besides create and rotate-secret.",
+	}, func(ctx context.Context, in *subscriptionIDInput) (*secretOutput, error) {
+		sub, err := h.subscriptions.Get(ctx, in.ID)
+		if err != nil {
+			return nil, problem(ctx, h.log, err)
+		}
+		return &secretOutput{Body: secretJSON(sub, h.subscriptions.Clock.Now())}, nil
 	})
 
 	huma.Register(api, huma.Operation{
