@@ -66,6 +66,8 @@ type Config struct {
 	MaxEventBytes int64
 	// IdempotencyWindow is how long an idempotency key is remembered.
 	IdempotencyWindow time.Duration
+	// SecretRotationOverlap is how long a rotated-out secret keeps signing.
+	SecretRotationOverlap time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 	// BreakerFailureThreshold is how many consecutive failures open a
@@ -93,6 +95,7 @@ func DefaultConfig() Config {
 		WorkerConcurrency:       DefaultConcurrency,
 		MaxEventBytes:           DefaultMaxEventBytes,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
+		SecretRotationOverlap:   domain.DefaultRotationOverlap,
 		LogLevel:                "info",
 		BreakerFailureThreshold: domain.DefaultBreakerConfig().FailureThreshold,
 		BreakerOpenDuration:     domain.DefaultBreakerConfig().OpenDuration,
@@ -144,6 +147,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
+	parse((*durationValue)(&c.SecretRotationOverlap), "secret-rotation-overlap", "how long a rotated-out signing secret keeps signing")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	parse((*intValue)(&c.BreakerFailureThreshold), "breaker-failure-threshold", "consecutive failures that open a subscription's circuit")
 	parse((*durationValue)(&c.BreakerOpenDuration), "breaker-open-duration", "how long an open circuit refuses requests")
@@ -167,6 +171,8 @@ func (c *Config) Validate() error {
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
+	check(c.SecretRotationOverlap >= 0 && c.SecretRotationOverlap <= 30*24*time.Hour,
+		"secret-rotation-overlap must be 0..720h, got %s", c.SecretRotationOverlap)
 	_, err := c.slogLevel()
 	errs = append(errs, err)
 	if err := c.Breaker().Validate(); err != nil {

@@ -144,8 +144,8 @@ var coreModule = fx.Module("core",
 			}
 		},
 		newGuard,
-		func(store ports.Store, clock ports.Clock, guard ports.EndpointGuard) *application.Subscriptions {
-			return &application.Subscriptions{Store: store, Clock: clock, Guard: guard}
+		func(store ports.Store, clock ports.Clock, guard ports.EndpointGuard, cfg Config) *application.Subscriptions {
+			return &application.Subscriptions{Store: store, Clock: clock, Guard: guard, RotationOverlap: cfg.SecretRotationOverlap}
 		},
 		func(store ports.Store) *application.Events {
 			return &application.Events{Events: store, Deliveries: store}
