@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -131,7 +133,7 @@ func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 		}
 		return http.StatusOK, nil
 	})
-	c.subscribe(url, "job.ready", map[string]any{"timeout": "2s", "retry_policy": fastRetries})
+	c.subscribe(url, "job.ready", client.SubscriptionInput{Timeout: new("2s"), RetryPolicy: fastRetries})
 
 	victim := c.startProcess(bootstrap.RoleWorker)
 	var ids []string
@@ -179,17 +181,16 @@ func TestLostAppendsAreRecoveredFromPostgres(t *testing.T) {
 		c := newCluster(t, nil)
 		var api *bootstrap.APIServer
 		startApp(t, bootstrap.RoleAPI, c.cfg, failPublishTo(ports.EventStream), fx.Populate(&api))
-		broken := apiClient{base: "http://" + api.Addr(), t: t}
+		broken := newAPIClient(t, "http://"+api.Addr())
 		c.start(bootstrap.RoleWorker)
 		c.start(bootstrap.RoleScheduler)
 		rcv := newScripted(t)
 		ep, url := rcv.add("/outbox", nil)
-		c.subscribe(url, "outbox.event", nil)
+		c.subscribe(url, "outbox.event", client.SubscriptionInput{})
 		var ids []string
 		for i := range 20 {
-			var ev struct{ ID string }
-			broken.call(http.MethodPost, "/v1/events", map[string]any{"type": "outbox.event", "source": "t", "data": rawJSON(fmt.Sprintf(`{"i":%d}`, i))}, http.StatusAccepted, &ev)
-			ids = append(ids, ev.ID)
+			res, err := broken.PublishEventWithResponse(t.Context(), nil, client.PublishBody{Type: "outbox.event", Source: "t", Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			ids = append(ids, body(t, "publish event", expect(t, "publish event", res, err, http.StatusAccepted).JSON202).Id)
 		}
 		waitAllArrived(t, ep, ids, 20*time.Second)
 	})
@@ -200,7 +201,7 @@ func TestLostAppendsAreRecoveredFromPostgres(t *testing.T) {
 		c.start(bootstrap.RoleScheduler)
 		rcv := newScripted(t)
 		ep, url := rcv.add("/outbox", nil)
-		c.subscribe(url, "outbox.delivery", nil)
+		c.subscribe(url, "outbox.delivery", client.SubscriptionInput{})
 		var ids []string
 		for i := range 20 {
 			ids = append(ids, c.publish("outbox.delivery", fmt.Sprintf(`{"i":%d}`, i)))
@@ -224,8 +225,8 @@ func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.DB = flushDB
-	client := goredis.NewClient(opts)
-	t.Cleanup(func() { _ = client.FlushDB(context.Background()).Err(); _ = client.Close() })
+	rdb := goredis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.FlushDB(context.Background()).Err(); _ = rdb.Close() })
 	redistest.Client(t) // fails clearly when Redis is down
 	url := fmt.Sprintf("redis://%s/%d", opts.Addr, flushDB)
 
@@ -240,7 +241,7 @@ func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // an endpoint that takes a moment
 		return http.StatusOK, nil
 	})
-	c.subscribe(hook, "bulk.event", nil)
+	c.subscribe(hook, "bulk.event", client.SubscriptionInput{})
 
 	const n = 1000
 	ids := make([]string, n)
@@ -251,13 +252,19 @@ func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
 		go func() {
 			defer published.Done()
 			for i := range next {
-				var ev struct{ ID string }
-				if status := c.client.do(http.MethodPost, "/v1/events", map[string]any{
-					"type": "bulk.event", "source": "t", "data": rawJSON(fmt.Sprintf(`{"i":%d}`, i)),
-				}, &ev); status != http.StatusAccepted {
-					t.Errorf("publish %d answered %d", i, status)
+				res, err := c.api.PublishEventWithResponse(t.Context(), nil, client.PublishBody{
+					Type: "bulk.event", Source: "t", Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+				})
+				switch {
+				case err != nil:
+					t.Errorf("publish %d: %v", i, err)
+				case res.StatusCode() != http.StatusAccepted:
+					t.Errorf("publish %d answered %d", i, res.StatusCode())
+				case res.JSON202 == nil:
+					t.Errorf("publish %d answered 202, but no body was decoded: the OpenAPI document declares none", i)
+				default:
+					ids[i] = res.JSON202.Id
 				}
-				ids[i] = ev.ID
 			}
 		}()
 	}
@@ -270,7 +277,7 @@ func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
 	// Flush once deliveries are flowing, while most of the work is still
 	// queued in Redis: unread and pending stream entries, consumer groups.
 	waitFor(t, 30*time.Second, "the first 100 deliveries", func() bool { return len(ep.got()) >= 100 })
-	if err := client.FlushDB(context.Background()).Err(); err != nil {
+	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("flushed Redis with %d of %d events delivered", len(ep.got()), n)

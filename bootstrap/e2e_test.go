@@ -1,10 +1,8 @@
 package bootstrap_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +17,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 )
 
 const testKey = "test-key"
@@ -95,26 +94,20 @@ func stopApp(t *testing.T, app *fx.App, role bootstrap.Role) {
 // checks the webhook (body, headers, signature) and what the API reports.
 func deliverOneEvent(t *testing.T, base string) {
 	rcv := newReceiver(t)
-	client := apiClient{base: base, t: t}
+	api := newAPIClient(t, base)
+	ctx := t.Context()
 
-	var sub struct {
-		ID     string `json:"id"`
-		Secret string `json:"secret"`
-	}
-	client.call(http.MethodPost, "/v1/subscriptions", map[string]any{
-		"url": rcv.srv.URL + "/hook", "event_types": []string{"order.*"},
-		"headers": map[string]string{"X-Tenant": "acme"},
-	}, http.StatusCreated, &sub)
-	rcv.setSecret(sub.Secret)
+	created, err := api.CreateSubscriptionWithResponse(ctx, client.SubscriptionInput{
+		Url: rcv.srv.URL + "/hook", EventTypes: &[]string{"order.*"},
+		Headers: &map[string]string{"X-Tenant": "acme"},
+	})
+	sub := body(t, "create subscription", expect(t, "create subscription", created, err, http.StatusCreated).JSON201)
+	rcv.setSecret(deref(sub.Secret))
 
-	var published struct {
-		ID        string    `json:"id"`
-		Status    string    `json:"status"`
-		CreatedAt time.Time `json:"created_at"`
-	}
-	client.call(http.MethodPost, "/v1/events", map[string]any{
-		"type": "order.created", "source": "shop", "data": json.RawMessage(`{"order_id": "ord_1", "amount": 4200}`), // delivered compact, keys in the producer's order
-	}, http.StatusAccepted, &published)
+	res, err := api.PublishEventWithResponse(ctx, nil, client.PublishBody{
+		Type: "order.created", Source: "shop", Data: json.RawMessage(`{"order_id": "ord_1", "amount": 4200}`), // delivered compact, keys in the producer's order
+	})
+	published := body(t, "publish event", expect(t, "publish event", res, err, http.StatusAccepted).JSON202)
 	if published.Status != "pending" {
 		t.Errorf("published status = %q, want pending", published.Status)
 	}
@@ -128,7 +121,7 @@ func deliverOneEvent(t *testing.T, base string) {
 		t.Errorf("request = %s %s, want POST /hook", got.method, got.path)
 	}
 	for name, want := range map[string]string{
-		"Content-Type": "application/json", "Webhook-Id": published.ID, "X-Tenant": "acme",
+		"Content-Type": "application/json", "Webhook-Id": published.Id, "X-Tenant": "acme",
 	} {
 		if v := got.header.Get(name); v != want {
 			t.Errorf("header %s = %q, want %q", name, v, want)
@@ -141,58 +134,47 @@ func deliverOneEvent(t *testing.T, base string) {
 	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
 		t.Errorf("webhook-timestamp = %q, want unix seconds of now", got.header.Get("Webhook-Timestamp"))
 	}
-	var body map[string]json.RawMessage
-	if err := json.Unmarshal(got.body, &body); err != nil {
+	var webhook map[string]json.RawMessage
+	if err := json.Unmarshal(got.body, &webhook); err != nil {
 		t.Fatalf("body is not a JSON object: %v\n%s", err, got.body)
 	}
-	if len(body) != 5 {
-		t.Errorf("body has keys %v, want exactly id, type, source, timestamp, data", keys(body))
+	if len(webhook) != 5 {
+		t.Errorf("body has keys %v, want exactly id, type, source, timestamp, data", keys(webhook))
 	}
 	wantFields := map[string]string{
-		"id": `"` + published.ID + `"`, "type": `"order.created"`, "source": `"shop"`,
+		"id": `"` + published.Id + `"`, "type": `"order.created"`, "source": `"shop"`,
 		"data": `{"order_id":"ord_1","amount":4200}`,
 	}
 	for k, want := range wantFields {
-		if string(body[k]) != want {
-			t.Errorf("body %s = %s, want %s", k, body[k], want)
+		if string(webhook[k]) != want {
+			t.Errorf("body %s = %s, want %s", k, webhook[k], want)
 		}
 	}
 	var stamp string
-	_ = json.Unmarshal(body["timestamp"], &stamp)
+	_ = json.Unmarshal(webhook["timestamp"], &stamp)
 	if at, err := time.Parse(time.RFC3339Nano, stamp); err != nil || !at.Equal(published.CreatedAt) {
-		t.Errorf("body timestamp = %s, want the event's created_at %s in RFC 3339", body["timestamp"], published.CreatedAt.Format(time.RFC3339Nano))
+		t.Errorf("body timestamp = %s, want the event's created_at %s in RFC 3339", webhook["timestamp"], published.CreatedAt.Format(time.RFC3339Nano))
 	}
 
-	var event struct {
-		Status     string `json:"status"`
-		Deliveries []struct {
-			SubscriptionID string `json:"subscription_id"`
-			Status         string `json:"status"`
-			Attempts       int    `json:"attempts"`
-			LastStatusCode *int   `json:"last_status_code"`
-		} `json:"deliveries"`
-	}
+	var event *client.Event
 	waitFor(t, 10*time.Second, "the event to be reported delivered", func() bool {
-		client.call(http.MethodGet, "/v1/events/"+published.ID, nil, http.StatusOK, &event)
+		res, err := api.GetEventWithResponse(ctx, published.Id)
+		event = body(t, "get event", expect(t, "get event", res, err, http.StatusOK).JSON200)
 		return event.Status == "delivered"
 	})
-	if len(event.Deliveries) != 1 {
-		t.Fatalf("event has %d deliveries, want 1", len(event.Deliveries))
+	deliveries := deref(event.Deliveries)
+	if len(deliveries) != 1 {
+		t.Fatalf("event has %d deliveries, want 1", len(deliveries))
 	}
-	d := event.Deliveries[0]
-	if d.SubscriptionID != sub.ID || d.Status != "delivered" || d.Attempts != 1 || d.LastStatusCode == nil || *d.LastStatusCode != 200 {
-		t.Errorf("delivery = %+v, want delivered to %s in 1 attempt with 200", d, sub.ID)
+	d := deliveries[0]
+	if d.SubscriptionId != sub.Id || d.Status != "delivered" || d.Attempts != 1 || d.LastStatusCode == nil || *d.LastStatusCode != 200 {
+		t.Errorf("delivery = %+v, want delivered to %s in 1 attempt with 200", d, sub.Id)
 	}
 
-	var attempts struct {
-		Data []struct {
-			Attempt    int  `json:"attempt"`
-			StatusCode *int `json:"status_code"`
-		} `json:"data"`
-	}
-	client.call(http.MethodGet, "/v1/events/"+published.ID+"/attempts", nil, http.StatusOK, &attempts)
-	if len(attempts.Data) != 1 || attempts.Data[0].Attempt != 1 || attempts.Data[0].StatusCode == nil || *attempts.Data[0].StatusCode != 200 {
-		t.Errorf("attempts = %+v, want one attempt answered 200", attempts.Data)
+	listed, err := api.ListEventAttemptsWithResponse(ctx, published.Id)
+	attempts := deref(body(t, "list attempts", expect(t, "list attempts", listed, err, http.StatusOK).JSON200).Data)
+	if len(attempts) != 1 || attempts[0].Attempt != 1 || attempts[0].StatusCode == nil || *attempts[0].StatusCode != 200 {
+		t.Errorf("attempts = %+v, want one attempt answered 200", attempts)
 	}
 
 	// Nothing may arrive twice: give the scheduler several scans to make a
@@ -241,63 +223,6 @@ func newReceiver(t *testing.T) *receiver {
 func (r *receiver) setSecret(s string) { r.mu.Lock(); r.secret = s; r.mu.Unlock() }
 func (r *receiver) count() int         { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
 func (r *receiver) first() received    { r.mu.Lock(); defer r.mu.Unlock(); return r.got[0] }
-
-type apiClient struct {
-	base string
-	t    *testing.T
-}
-
-// call sends a JSON request with the test key and decodes the answer into
-// out, failing the test when the status is not want.
-func (c apiClient) call(method, path string, body any, want int, out any) {
-	c.t.Helper()
-	var raw []byte
-	if got := c.send(method, path, body, &raw); got != want {
-		c.t.Fatalf("%s %s = %d, want %d: %s", method, path, got, want, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			c.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
-		}
-	}
-}
-
-// do sends a request with extra header name/value pairs, decodes a 2xx
-// answer into out and returns the status. Safe from any goroutine.
-func (c apiClient) do(method, path string, body, out any, header ...string) int {
-	var raw []byte
-	status := c.send(method, path, body, &raw, header...)
-	if status/100 == 2 && out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			c.t.Errorf("%s %s: decode %s: %v", method, path, raw, err)
-		}
-	}
-	return status
-}
-
-func (c apiClient) send(method, path string, body any, raw *[]byte, header ...string) int {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, c.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Errorf("%s %s: %v", method, path, err)
-		return 0
-	}
-	defer res.Body.Close()
-	*raw, _ = io.ReadAll(res.Body)
-	return res.StatusCode
-}
 
 // waitFor polls cond until it holds or timeout passes, then fails saying
 // what it waited for.

@@ -2,6 +2,8 @@ package bootstrap_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,14 +19,15 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 )
 
 // cluster is a deployment on real PostgreSQL and Redis, its roles started
 // as separate fx apps in this process (or as processes, by the crash tests).
 type cluster struct {
-	t      *testing.T
-	cfg    bootstrap.Config
-	client apiClient
+	t   *testing.T
+	cfg bootstrap.Config
+	api *client.ClientWithResponses
 }
 
 // newCluster migrates a fresh database and starts one api; workers and
@@ -42,7 +45,7 @@ func newCluster(t *testing.T, tune func(*bootstrap.Config)) *cluster {
 	startApp(t, bootstrap.RoleMigrate, cfg)
 	var api *bootstrap.APIServer
 	startApp(t, bootstrap.RoleAPI, cfg, fx.Populate(&api))
-	return &cluster{t: t, cfg: cfg, client: apiClient{base: "http://" + api.Addr(), t: t}}
+	return &cluster{t: t, cfg: cfg, api: newAPIClient(t, "http://"+api.Addr())}
 }
 
 func (c *cluster) start(role bootstrap.Role, extra ...fx.Option) {
@@ -50,39 +53,89 @@ func (c *cluster) start(role bootstrap.Role, extra ...fx.Option) {
 	startApp(c.t, role, c.cfg, extra...)
 }
 
-// subscribe creates a subscription for eventType at url and returns its id
-// and secret. fields add to or override the defaults.
-func (c *cluster) subscribe(url, eventType string, fields map[string]any) (id, secret string) {
-	c.t.Helper()
-	body := map[string]any{"url": url, "event_types": []string{eventType}}
-	for k, v := range fields {
-		body[k] = v
+// newAPIClient is the generated client of the API at base, sending the
+// test key.
+func newAPIClient(t *testing.T, base string) *client.ClientWithResponses {
+	t.Helper()
+	api, err := client.NewClientWithResponses(base, client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		return nil
+	}))
+	if err != nil {
+		t.Fatalf("API client for %s: %v", base, err)
 	}
-	var sub struct{ ID, Secret string }
-	c.client.call(http.MethodPost, "/v1/subscriptions", body, http.StatusCreated, &sub)
-	return sub.ID, sub.Secret
+	return api
+}
+
+// apiResponse is what every generated response has.
+type apiResponse interface {
+	StatusCode() int
+	GetBody() []byte
+}
+
+// expect fails the test unless the call (what, for the message) got an
+// answer with status want; it returns the answer.
+func expect[R apiResponse](t testing.TB, what string, res R, err error, want int) R {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got := res.StatusCode(); got != want {
+		t.Fatalf("%s = %d, want %d: %s", what, got, want, res.GetBody())
+	}
+	return res
+}
+
+// body returns the decoded body of a successful answer, failing the test
+// when the client decoded none: the OpenAPI document does not declare a
+// JSON body for the status the API answered.
+func body[T any](t testing.TB, what string, v *T) *T {
+	t.Helper()
+	if v == nil {
+		t.Fatalf("%s: the answer's body was not decoded: the OpenAPI document declares no JSON body for its status", what)
+	}
+	return v
+}
+
+// subscribe creates a subscription for eventType at url and returns its id
+// and secret. in sets the other fields.
+func (c *cluster) subscribe(url, eventType string, in client.SubscriptionInput) (id, secret string) {
+	c.t.Helper()
+	in.Url, in.EventTypes = url, &[]string{eventType}
+	const what = "create subscription"
+	res, err := c.api.CreateSubscriptionWithResponse(c.t.Context(), in)
+	sub := body(c.t, what, expect(c.t, what, res, err, http.StatusCreated).JSON201)
+	return sub.Id, deref(sub.Secret)
 }
 
 // publish publishes one event and returns its id.
 func (c *cluster) publish(eventType string, data string) string {
 	c.t.Helper()
-	var ev struct{ ID string }
-	c.client.call(http.MethodPost, "/v1/events", map[string]any{
-		"type": eventType, "source": "test", "data": rawJSON(data),
-	}, http.StatusAccepted, &ev)
-	return ev.ID
+	return publishOn(c.t, c.api, eventType, data)
 }
 
+// publishOn publishes one event through api and returns its id.
+func publishOn(t *testing.T, api *client.ClientWithResponses, eventType, data string) string {
+	t.Helper()
+	const what = "publish event"
+	res, err := api.PublishEventWithResponse(t.Context(), nil, client.PublishBody{
+		Type: eventType, Source: "test", Data: json.RawMessage(data),
+	})
+	return body(t, what, expect(t, what, res, err, http.StatusAccepted).JSON202).Id
+}
+
+// eventState is an event as waitEvent returns it.
 type eventState struct {
-	Status     string `json:"status"`
-	Deliveries []struct {
-		ID             string  `json:"id"`
-		SubscriptionID string  `json:"subscription_id"`
-		Status         string  `json:"status"`
-		Attempts       int     `json:"attempts"`
-		LastStatusCode *int    `json:"last_status_code"`
-		LastError      *string `json:"last_error"`
-	} `json:"deliveries"`
+	Status     client.EventStatus
+	Deliveries []client.DeliverySummary
+}
+
+// getEvent reads event id.
+func (c *cluster) getEvent(id string) *client.Event {
+	c.t.Helper()
+	what := "get event " + id
+	res, err := c.api.GetEventWithResponse(c.t.Context(), id)
+	return body(c.t, what, expect(c.t, what, res, err, http.StatusOK).JSON200)
 }
 
 // waitEvent polls the event until its status is want.
@@ -90,24 +143,30 @@ func (c *cluster) waitEvent(id, want string, timeout time.Duration) eventState {
 	c.t.Helper()
 	var ev eventState
 	waitFor(c.t, timeout, fmt.Sprintf("event %s to be %s", id, want), func() bool {
-		c.client.call(http.MethodGet, "/v1/events/"+id, nil, http.StatusOK, &ev)
-		return ev.Status == want
+		got := c.getEvent(id)
+		ev = eventState{Status: got.Status, Deliveries: deref(got.Deliveries)}
+		return string(ev.Status) == want
 	})
 	return ev
 }
 
-type attemptRecord struct {
-	DeliveryID string `json:"delivery_id"`
-	Attempt    int    `json:"attempt"`
-	StatusCode *int   `json:"status_code"`
-	Error      string `json:"error"`
+// attempts lists every attempt of the event's deliveries.
+func (c *cluster) attempts(eventID string) []client.Attempt {
+	c.t.Helper()
+	what := "list attempts of event " + eventID
+	res, err := c.api.ListEventAttemptsWithResponse(c.t.Context(), eventID)
+	return deref(body(c.t, what, expect(c.t, what, res, err, http.StatusOK).JSON200).Data)
 }
 
-func (c *cluster) attempts(eventID string) []attemptRecord {
-	c.t.Helper()
-	var out struct{ Data []attemptRecord }
-	c.client.call(http.MethodGet, "/v1/events/"+eventID+"/attempts", nil, http.StatusOK, &out)
-	return out.Data
+// deref is *p, or the zero value for nil: the client has pointers for
+// optional fields and for nullable ones (huma declares every slice
+// nullable).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 // arrival is one request a scripted endpoint received.
@@ -209,7 +268,3 @@ func sequence(statuses ...int) func(int, *http.Request) (int, http.Header) {
 		return http.StatusOK, nil
 	}
 }
-
-type rawJSON string
-
-func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }

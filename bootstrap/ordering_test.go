@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 )
 
 // TestOrderedDeliveryPerKey: with ordering_key /data/customer_id, customer
@@ -43,8 +44,8 @@ func TestOrderedDeliveryPerKey(t *testing.T) {
 		order = append(order, webhook.Data.Tag)
 		return http.StatusOK, nil
 	})
-	c.subscribe(url, "ordered.event", map[string]any{"ordering_key": "/data/customer_id",
-		"retry_policy": map[string]any{"initial_interval": "500ms", "multiplier": 1, "max_attempts": 5}})
+	c.subscribe(url, "ordered.event", client.SubscriptionInput{OrderingKey: new("/data/customer_id"),
+		RetryPolicy: &client.RetryPolicy{InitialInterval: new("500ms"), Multiplier: new(1.0), MaxAttempts: new(int64(5))}})
 
 	var ids []string
 	for i := range 10 {

@@ -14,18 +14,9 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
-
-type deliveryList struct {
-	Data []struct {
-		ID       string  `json:"id"`
-		EventID  string  `json:"event_id"`
-		Status   string  `json:"status"`
-		Attempts int     `json:"attempts"`
-		Reason   *string `json:"reason"`
-	} `json:"data"`
-}
 
 // TestCircuitBreakerStopsAndProbes: an endpoint that always fails opens
 // the circuit after 5 failures; while open it sees nothing and attempts do
@@ -47,8 +38,8 @@ func TestCircuitBreakerStopsAndProbes(t *testing.T) {
 		}
 		return http.StatusInternalServerError, nil
 	})
-	subID, _ := c.subscribe(url, "unwell.event", map[string]any{
-		"retry_policy": map[string]any{"initial_interval": "50ms", "multiplier": 1, "max_attempts": 50}})
+	subID, _ := c.subscribe(url, "unwell.event", client.SubscriptionInput{
+		RetryPolicy: &client.RetryPolicy{InitialInterval: new("50ms"), Multiplier: new(1.0), MaxAttempts: new(int64(50))}})
 
 	first := c.publish("unwell.event", `{"n":0}`)
 	waitFor(t, 10*time.Second, "5 failed attempts", func() bool { return len(ep.got()) >= 5 })
@@ -58,15 +49,15 @@ func TestCircuitBreakerStopsAndProbes(t *testing.T) {
 	for i := 1; i <= 9; i++ {
 		later = append(later, c.publish("unwell.event", fmt.Sprintf(`{"n":%d}`, i)))
 	}
-	var list deliveryList
 	waitFor(t, 10*time.Second, "the new deliveries to be postponed by the open circuit", func() bool {
-		c.client.call(http.MethodGet, "/v1/deliveries?subscription_id="+subID+"&limit=100", nil, http.StatusOK, &list)
+		res, err := c.api.ListDeliveriesWithResponse(t.Context(), &client.ListDeliveriesParams{SubscriptionId: &subID, Limit: new(int64(100))})
+		list := body(t, "list deliveries", expect(t, "list deliveries", res, err, http.StatusOK).JSON200)
 		postponed := 0
-		for _, d := range list.Data {
-			if d.EventID != first && d.Reason != nil && *d.Reason == "circuit_open" {
+		for _, d := range deref(list.Data) {
+			if d.EventId != first && d.Reason != nil && *d.Reason == "circuit_open" {
 				postponed++
 				if d.Attempts != 0 {
-					t.Fatalf("delivery %s made %d attempts while the circuit was open", d.ID, d.Attempts)
+					t.Fatalf("delivery %s made %d attempts while the circuit was open", d.Id, d.Attempts)
 				}
 			}
 		}
@@ -116,7 +107,7 @@ func TestRateLimitHoldsAcrossWorkerProcesses(t *testing.T) {
 	c.startProcess(bootstrap.RoleWorker)
 	rcv := newScripted(t)
 	ep, url := rcv.add("/limited", nil)
-	c.subscribe(url, "limited.event", map[string]any{"rate_limit": 20})
+	c.subscribe(url, "limited.event", client.SubscriptionInput{RateLimit: new(int64(20))})
 	var ids []string
 	for i := range 200 {
 		ids = append(ids, c.publish("limited.event", fmt.Sprintf(`{"i":%d}`, i)))
@@ -173,7 +164,7 @@ func TestConcurrencyCapAcrossWorkerProcesses(t *testing.T) {
 	rcv := newScripted(t)
 	probe := &concurrencyProbe{hold: 300 * time.Millisecond}
 	ep, url := rcv.add("/capped", probe.script)
-	c.subscribe(url, "capped.event", map[string]any{"max_in_flight": 3, "timeout": "1s"})
+	c.subscribe(url, "capped.event", client.SubscriptionInput{MaxInFlight: new(int64(3)), Timeout: new("1s")})
 
 	victim := c.startProcess(bootstrap.RoleWorker)
 	var ids []string
@@ -215,7 +206,7 @@ func TestSemaphoreFallsBackWhenRedisIsUnreachable(t *testing.T) {
 	rcv := newScripted(t)
 	probe := &concurrencyProbe{hold: 50 * time.Millisecond}
 	ep, url := rcv.add("/local", probe.script)
-	c.subscribe(url, "local.event", map[string]any{"max_in_flight": 2})
+	c.subscribe(url, "local.event", client.SubscriptionInput{MaxInFlight: new(int64(2))})
 	var ids []string
 	for i := range 30 {
 		ids = append(ids, c.publish("local.event", fmt.Sprintf(`{"i":%d}`, i)))

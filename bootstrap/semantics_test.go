@@ -1,16 +1,18 @@
 package bootstrap_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 )
 
 // fastRetries retries quickly so scenarios finish in seconds.
-var fastRetries = map[string]any{"initial_interval": "100ms", "multiplier": 1.5, "max_attempts": 5}
+var fastRetries = &client.RetryPolicy{InitialInterval: new("100ms"), Multiplier: new(1.5), MaxAttempts: new(int64(5))}
 
 // TestDeliverySemantics drives the retry, dead-letter and replay rules of
 // SPEC §3 through the HTTP API against scripted endpoints, with two worker
@@ -27,7 +29,7 @@ func TestDeliverySemantics(t *testing.T) {
 	t.Run("server errors then success: delivered on attempt 3 with one webhook-id", func(t *testing.T) {
 		t.Parallel()
 		ep, url := rcv.add("/flaky", sequence(500, 503))
-		_, secret := c.subscribe(url, "flaky.happened", map[string]any{"retry_policy": fastRetries})
+		_, secret := c.subscribe(url, "flaky.happened", client.SubscriptionInput{RetryPolicy: fastRetries})
 		ep.setSecret(secret)
 		id := c.publish("flaky.happened", `{"n":1}`)
 		ev := c.waitEvent(id, "delivered", 15*time.Second)
@@ -54,7 +56,7 @@ func TestDeliverySemantics(t *testing.T) {
 			}
 			return http.StatusOK, nil
 		})
-		c.subscribe(url, "throttled.happened", map[string]any{"retry_policy": fastRetries})
+		c.subscribe(url, "throttled.happened", client.SubscriptionInput{RetryPolicy: fastRetries})
 		id := c.publish("throttled.happened", `{}`)
 		c.waitEvent(id, "delivered", 15*time.Second)
 		got := ep.got()
@@ -69,22 +71,22 @@ func TestDeliverySemantics(t *testing.T) {
 	t.Run("400 dead-letters at once; manual retry delivers", func(t *testing.T) {
 		t.Parallel()
 		ep, url := rcv.add("/rejecting", sequence(400))
-		c.subscribe(url, "rejected.happened", map[string]any{"retry_policy": fastRetries})
+		c.subscribe(url, "rejected.happened", client.SubscriptionInput{RetryPolicy: fastRetries})
 		id := c.publish("rejected.happened", `{}`)
 		ev := c.waitEvent(id, "failed", 15*time.Second)
 		d := ev.Deliveries[0]
 		if d.Status != "dead" || d.Attempts != 1 {
 			t.Fatalf("delivery = %+v, want dead after 1 attempt", d)
 		}
-		var dead struct {
-			Data []struct{ ID string } `json:"data"`
+		listed, err := c.api.ListDeliveriesWithResponse(t.Context(), &client.ListDeliveriesParams{
+			Status: new(client.ListDeliveriesParamsStatusDead), EventId: &id,
+		})
+		dead := deref(body(t, "list dead deliveries", expect(t, "list dead deliveries", listed, err, http.StatusOK).JSON200).Data)
+		if len(dead) != 1 || dead[0].Id != d.Id {
+			t.Errorf("dead letters of the event = %+v, want [%s]", dead, d.Id)
 		}
-		c.client.call(http.MethodGet, "/v1/deliveries?status=dead&event_id="+id, nil, http.StatusOK, &dead)
-		if len(dead.Data) != 1 || dead.Data[0].ID != d.ID {
-			t.Errorf("dead letters of the event = %+v, want [%s]", dead.Data, d.ID)
-		}
-		var retried struct{ Status string }
-		c.client.call(http.MethodPost, "/v1/deliveries/"+d.ID+"/retry", nil, http.StatusAccepted, &retried)
+		res, err := c.api.RetryDeliveryWithResponse(t.Context(), d.Id)
+		retried := body(t, "retry delivery", expect(t, "retry delivery", res, err, http.StatusAccepted).JSON202)
 		if retried.Status != "retrying" {
 			t.Errorf("retry answered status %q, want retrying", retried.Status)
 		}
@@ -92,29 +94,24 @@ func TestDeliverySemantics(t *testing.T) {
 		if n := len(ep.got()); n != 2 {
 			t.Errorf("endpoint got %d requests, want 2", n)
 		}
-		var one struct {
-			Status     string
-			AttemptLog []attemptRecord `json:"attempt_log"`
-		}
-		c.client.call(http.MethodGet, "/v1/deliveries/"+d.ID, nil, http.StatusOK, &one)
-		if one.Status != "delivered" || len(one.AttemptLog) != 2 {
-			t.Errorf("delivery = %s with %d attempts, want delivered with 2", one.Status, len(one.AttemptLog))
+		got, err := c.api.GetDeliveryWithResponse(t.Context(), d.Id)
+		one := body(t, "get delivery", expect(t, "get delivery", got, err, http.StatusOK).JSON200)
+		if one.Status != "delivered" || len(deref(one.AttemptLog)) != 2 {
+			t.Errorf("delivery = %s with %d attempts, want delivered with 2", one.Status, len(deref(one.AttemptLog)))
 		}
 		// A delivered delivery cannot be retried.
-		c.client.call(http.MethodPost, "/v1/deliveries/"+d.ID+"/retry", nil, http.StatusConflict, nil)
+		res, err = c.api.RetryDeliveryWithResponse(t.Context(), d.Id)
+		expect(t, "retry a delivered delivery", res, err, http.StatusConflict)
 	})
 
 	t.Run("410 disables the subscription, which is skipped afterwards", func(t *testing.T) {
 		t.Parallel()
 		ep, url := rcv.add("/gone", sequence(410))
-		subID, _ := c.subscribe(url, "gone.happened", map[string]any{"retry_policy": fastRetries})
+		subID, _ := c.subscribe(url, "gone.happened", client.SubscriptionInput{RetryPolicy: fastRetries})
 		first := c.publish("gone.happened", `{}`)
 		c.waitEvent(first, "failed", 15*time.Second)
-		var sub struct {
-			Active         bool    `json:"active"`
-			DisabledReason *string `json:"disabled_reason"`
-		}
-		c.client.call(http.MethodGet, "/v1/subscriptions/"+subID, nil, http.StatusOK, &sub)
+		res, err := c.api.GetSubscriptionWithResponse(t.Context(), subID)
+		sub := body(t, "get subscription", expect(t, "get subscription", res, err, http.StatusOK).JSON200)
 		if sub.Active || sub.DisabledReason == nil || *sub.DisabledReason != "gone" {
 			t.Errorf("subscription active=%v reason=%v, want inactive, gone", sub.Active, sub.DisabledReason)
 		}
@@ -131,7 +128,7 @@ func TestDeliverySemantics(t *testing.T) {
 	t.Run("always 500 with max_attempts 3 is dead after exactly 3", func(t *testing.T) {
 		t.Parallel()
 		ep, url := rcv.add("/broken", func(int, *http.Request) (int, http.Header) { return 500, nil })
-		c.subscribe(url, "broken.happened", map[string]any{"retry_policy": map[string]any{"initial_interval": "50ms", "max_attempts": 3}})
+		c.subscribe(url, "broken.happened", client.SubscriptionInput{RetryPolicy: &client.RetryPolicy{InitialInterval: new("50ms"), MaxAttempts: new(int64(3))}})
 		id := c.publish("broken.happened", `{}`)
 		ev := c.waitEvent(id, "failed", 15*time.Second)
 		if d := ev.Deliveries[0]; d.Status != "dead" || d.Attempts != 3 {
@@ -146,8 +143,8 @@ func TestDeliverySemantics(t *testing.T) {
 	t.Run("schedule policy is honoured", func(t *testing.T) {
 		t.Parallel()
 		ep, url := rcv.add("/scheduled", sequence(500, 500))
-		c.subscribe(url, "scheduled.happened", map[string]any{"retry_policy": map[string]any{
-			"strategy": "schedule", "schedule": []string{"300ms", "700ms"}}})
+		c.subscribe(url, "scheduled.happened", client.SubscriptionInput{RetryPolicy: &client.RetryPolicy{
+			Strategy: new(client.RetryPolicyStrategySchedule), Schedule: &[]string{"300ms", "700ms"}}})
 		id := c.publish("scheduled.happened", `{}`)
 		c.waitEvent(id, "delivered", 15*time.Second)
 		got := ep.got()
@@ -174,7 +171,7 @@ func TestDeliverySemantics(t *testing.T) {
 			}
 			return 400, nil
 		})
-		subID, _ := c.subscribe(url, "recovering.happened", nil)
+		subID, _ := c.subscribe(url, "recovering.happened", client.SubscriptionInput{})
 		since := time.Now().Add(-time.Minute)
 		ids := []string{c.publish("recovering.happened", `{"n":1}`), c.publish("recovering.happened", `{"n":2}`)}
 		for _, id := range ids {
@@ -183,9 +180,8 @@ func TestDeliverySemantics(t *testing.T) {
 		mu.Lock()
 		healthy = true
 		mu.Unlock()
-		var res struct{ Count int }
-		c.client.call(http.MethodPost, "/v1/subscriptions/"+subID+"/recover",
-			map[string]any{"since": since.Format(time.RFC3339Nano)}, http.StatusAccepted, &res)
+		recovered, err := c.api.RecoverSubscriptionWithResponse(t.Context(), subID, client.RecoverInputBody{Since: since})
+		res := body(t, "recover subscription", expect(t, "recover subscription", recovered, err, http.StatusAccepted).JSON202)
 		if res.Count != 2 {
 			t.Errorf("recover count = %d, want 2", res.Count)
 		}
@@ -200,30 +196,28 @@ func TestDeliverySemantics(t *testing.T) {
 	t.Run("PATCH changes a subscription partially", func(t *testing.T) {
 		t.Parallel()
 		_, url := rcv.add("/patched", nil)
-		subID, _ := c.subscribe(url, "patched.happened", map[string]any{"description": "before", "rate_limit": 10})
-		var sub struct {
-			Description string `json:"description"`
-			RateLimit   int    `json:"rate_limit"`
-			Timeout     string `json:"timeout"`
-		}
-		c.client.call(http.MethodPatch, "/v1/subscriptions/"+subID, map[string]any{"timeout": "2s"}, http.StatusOK, &sub)
+		subID, _ := c.subscribe(url, "patched.happened", client.SubscriptionInput{Description: new("before"), RateLimit: new(int64(10))})
+		res, err := c.api.UpdateSubscriptionWithResponse(t.Context(), subID, client.SubscriptionPatch{Timeout: new("2s")})
+		sub := body(t, "PATCH subscription", expect(t, "PATCH subscription", res, err, http.StatusOK).JSON200)
 		if sub.Description != "before" || sub.RateLimit != 10 || sub.Timeout != "2s" {
 			t.Errorf("after PATCH: %+v, want description and rate_limit kept, timeout 2s", sub)
 		}
-		c.client.call(http.MethodPatch, "/v1/subscriptions/"+subID, map[string]any{"rate_limit": -1}, http.StatusUnprocessableEntity, nil)
-		c.client.call(http.MethodPatch, "/v1/subscriptions/sub_01M8000000000000000000000", map[string]any{"description": "x"}, http.StatusNotFound, nil)
+		res, err = c.api.UpdateSubscriptionWithResponse(t.Context(), subID, client.SubscriptionPatch{RateLimit: new(int64(-1))})
+		expect(t, "PATCH rate_limit -1", res, err, http.StatusUnprocessableEntity)
+		res, err = c.api.UpdateSubscriptionWithResponse(t.Context(), "sub_01M8000000000000000000000", client.SubscriptionPatch{Description: new("x")})
+		expect(t, "PATCH a missing subscription", res, err, http.StatusNotFound)
 	})
 }
 
 // assertAttemptNumbers checks that attempts are numbered 1..n once each and
 // answered the given codes in order.
-func assertAttemptNumbers(t *testing.T, attempts []attemptRecord, codes ...int) {
+func assertAttemptNumbers(t *testing.T, attempts []client.Attempt, codes ...int) {
 	t.Helper()
 	if len(attempts) != len(codes) {
 		t.Fatalf("%d attempts recorded, want %d: %+v", len(attempts), len(codes), attempts)
 	}
 	for i, a := range attempts {
-		if a.Attempt != i+1 || a.StatusCode == nil || *a.StatusCode != codes[i] {
+		if a.Attempt != int64(i+1) || a.StatusCode == nil || *a.StatusCode != int64(codes[i]) {
 			t.Errorf("attempt %d = %+v, want number %d answered %d", i+1, a, i+1, codes[i])
 		}
 	}
@@ -239,8 +233,8 @@ func TestIdempotentPublishUnderConcurrency(t *testing.T) {
 	rcv := newScripted(t)
 	epA, urlA := rcv.add("/a", nil)
 	epB, urlB := rcv.add("/b", nil)
-	c.subscribe(urlA, "order.created", nil)
-	c.subscribe(urlB, "order.*", nil)
+	c.subscribe(urlA, "order.created", client.SubscriptionInput{})
+	c.subscribe(urlB, "order.*", client.SubscriptionInput{})
 
 	const n = 50
 	ids := make([]string, n)
@@ -250,7 +244,7 @@ func TestIdempotentPublishUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ids[i], statuses[i] = c.client.publishWithKey("order.created", `{"order":"o-1"}`, "same-key")
+			ids[i], statuses[i] = publishWithKey(t, c.api, "order.created", `{"order":"o-1"}`, "same-key")
 		}()
 	}
 	wg.Wait()
@@ -279,9 +273,28 @@ func TestIdempotentPublishUnderConcurrency(t *testing.T) {
 	}
 }
 
-func (c apiClient) publishWithKey(eventType, data, key string) (id string, status int) {
-	var ev struct{ ID string }
-	status = c.do(http.MethodPost, "/v1/events", map[string]any{"type": eventType, "source": "test", "data": rawJSON(data)},
-		&ev, "Idempotency-Key", key)
-	return ev.ID, status
+// publishWithKey publishes with an idempotency key and returns the event's
+// id, from the 202 of a new event or the 200 of a replay, and the status.
+// Safe from any goroutine.
+func publishWithKey(t *testing.T, api *client.ClientWithResponses, eventType, data, key string) (id string, status int) {
+	res, err := api.PublishEventWithResponse(t.Context(), &client.PublishEventParams{IdempotencyKey: &key},
+		client.PublishBody{Type: eventType, Source: "test", Data: json.RawMessage(data)})
+	if err != nil {
+		t.Errorf("publish with key %s: %v", key, err)
+		return "", 0
+	}
+	var ev *client.Event
+	switch res.StatusCode() {
+	case http.StatusAccepted:
+		ev = res.JSON202
+	case http.StatusOK:
+		ev = res.JSON200
+	}
+	if ev == nil {
+		if res.StatusCode()/100 == 2 {
+			t.Errorf("publish with key %s answered %d, but no body was decoded: the OpenAPI document declares none", key, res.StatusCode())
+		}
+		return "", res.StatusCode()
+	}
+	return ev.Id, res.StatusCode()
 }

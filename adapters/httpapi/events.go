@@ -134,7 +134,8 @@ func (h *handlers) registerEvents(api huma.API) {
 		Description: "Commits the event durably and queues it for delivery to every matching subscription. " +
 			"202 means the event is committed. With an idempotency key seen before, answers 200 with the original event.",
 		MaxBodyBytes: h.maxEventBytes,
-		Responses:    map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key."}},
+		Responses:    map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
+		Errors:       []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
 	}, func(ctx context.Context, in *publishInput) (*publishOutput, error) {
 		key := in.IdempotencyKey
 		if key == "" {
