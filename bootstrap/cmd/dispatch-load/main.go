@@ -1,0 +1,15 @@
+// Command dispatch-load measures Dispatch's throughput, latency, losses
+// and memory under load: `dispatch-load [flags]` for one run,
+// `dispatch-load bench` for the standard workloads. See package
+// bootstrap/loadtest.
+package main
+
+import (
+	"os"
+
+	"github.com/dispatch-webhooks/dispatch/bootstrap/loadtest"
+)
+
+func main() {
+	os.Exit(loadtest.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

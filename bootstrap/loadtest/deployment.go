@@ -1,0 +1,433 @@
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+
+	"github.com/dispatch-webhooks/dispatch/bootstrap"
+)
+
+// DispatchPackage is the import path of the dispatch binary, built for
+// worker processes when no --dispatch-bin is given.
+const DispatchPackage = "github.com/dispatch-webhooks/dispatch/bootstrap/cmd/dispatch"
+
+// ProcessMemory is the peak resident memory of one Dispatch process.
+type ProcessMemory struct {
+	// Name says which roles the process runs.
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	// PeakRSSBytes is VmHWM from /proc/<pid>/status; 0 when unknown.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// Note qualifies the figure, e.g. that the process also runs the
+	// load generator and the receiver.
+	Note string `json:"note,omitempty"`
+}
+
+// deployment is Dispatch started by the tool: a fresh database, a Redis
+// key prefix, api and scheduler (and, with Workers 0, a worker) as fx apps
+// in this process, and worker processes.
+type deployment struct {
+	baseURL string
+	apiKey  string
+
+	admin    *pgx.Conn
+	database string
+	redis    *goredis.Client
+	prefix   string
+	apps     []*fx.App // in start order
+	workers  []*workerProcess
+	inWorker bool
+}
+
+// workerProcess is a `dispatch worker` the tool started; exited is closed
+// once it has exited and been waited for.
+type workerProcess struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startDeployment creates the database and key prefix, migrates, and
+// starts every role; on error it undoes what it did.
+func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr io.Writer) (d *deployment, err error) {
+	d = &deployment{}
+	defer func() {
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = errors.Join(err, d.stop(stopCtx))
+			d = nil
+		}
+	}()
+	suffix := randomHex(6)
+	dsn, err := d.createDatabase(ctx, cfg.DatabaseURL, "loadtest_"+suffix)
+	if err != nil {
+		return d, err
+	}
+	if err := d.openRedis(ctx, cfg.RedisURL, "loadtest:"+suffix+":"); err != nil {
+		return d, err
+	}
+
+	dc := bootstrap.DefaultConfig()
+	dc.DatabaseURL, dc.RedisURL, dc.RedisKeyPrefix = dsn, cfg.RedisURL, d.prefix
+	dc.ListenAddr = "127.0.0.1:0"
+	d.apiKey = "load_" + randomHex(16)
+	dc.APIKeys = []string{d.apiKey}
+	dc.AllowedTargets = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the receiver, nothing else private
+	dc.LogLevel = cfg.LogLevel
+	if cfg.WorkerConcurrency > 0 {
+		dc.WorkerConcurrency = cfg.WorkerConcurrency
+	}
+
+	// `dispatch migrate`, then the roles.
+	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
+		return d, err
+	}
+	var api *bootstrap.APIServer
+	if _, err := d.startApp(ctx, bootstrap.RoleAPI, dc, fx.Populate(&api)); err != nil {
+		return d, err
+	}
+	d.baseURL = "http://" + api.Addr()
+	if _, err := d.startApp(ctx, bootstrap.RoleScheduler, dc); err != nil {
+		return d, err
+	}
+	if cfg.Workers == 0 {
+		d.inWorker = true
+		_, err := d.startApp(ctx, bootstrap.RoleWorker, dc)
+		return d, err
+	}
+	for i := range cfg.Workers {
+		if err := d.startWorker(ctx, dispatchBin, dc, i+1, stderr); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+func (d *deployment) createDatabase(ctx context.Context, serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("--database-url must be a postgres:// URL, got %q", redact(serverURL))
+	}
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
+	}
+	d.admin = conn
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	d.database = name
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func (d *deployment) openRedis(ctx context.Context, redisURL, prefix string) error {
+	opts, err := goredis.ParseURL(redisURL)
+	if err != nil {
+		return fmt.Errorf("--redis-url: %w", err)
+	}
+	d.redis = goredis.NewClient(opts)
+	if err := d.redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("connect to Redis at %s: %w", redact(redisURL), err)
+	}
+	d.prefix = prefix
+	return nil
+}
+
+// startApp starts role as an fx app; migrate is stopped again at once.
+func (d *deployment) startApp(ctx context.Context, role bootstrap.Role, cfg bootstrap.Config, extra ...fx.Option) (*fx.App, error) {
+	opts, err := bootstrap.Options(role, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", role, err)
+	}
+	app := fx.New(opts, fx.Options(extra...))
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	if role == bootstrap.RoleMigrate {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return nil, app.Stop(stopCtx)
+	}
+	d.apps = append(d.apps, app)
+	return app, nil
+}
+
+// startWorker runs `dispatch worker` against the deployment's backends and
+// waits until its /ready answers.
+func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.Config, n int, stderr io.Writer) error {
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, string(bootstrap.RoleWorker))
+	env := []string{
+		"DATABASE_URL=" + cfg.DatabaseURL,
+		"REDIS_URL=" + cfg.RedisURL,
+		"DISPATCH_REDIS_KEY_PREFIX=" + cfg.RedisKeyPrefix,
+		"DISPATCH_ALLOWED_TARGETS=127.0.0.1/32",
+		"DISPATCH_ADMIN_ADDR=" + adminAddr,
+		"DISPATCH_WORKER_CONCURRENCY=" + strconv.Itoa(cfg.WorkerConcurrency),
+		"DISPATCH_LOG_LEVEL=" + cfg.LogLevel,
+	}
+	// The worker's settings are the ones above and Dispatch's defaults,
+	// whatever DISPATCH_* the caller's environment holds.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	cmd.Stdout = io.Discard
+	cmd.Stderr = newPrefixWriter(stderr, fmt.Sprintf("[worker %d] ", n))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start worker %d (%s): %w", n, bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	d.workers = append(d.workers, &workerProcess{cmd: cmd, exited: exited})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/ready", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("worker %d exited before it was ready (%v); its stderr is above", n, cmd.ProcessState)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("worker %d did not answer /ready on %s within 30s", n, adminAddr)
+		}
+	}
+}
+
+// memory reads the peak RSS of every Dispatch process: each worker process,
+// and this one, which runs the other roles as well as the load generator
+// and the receiver.
+func (d *deployment) memory() []ProcessMemory {
+	roles := "api + scheduler"
+	if d.inWorker {
+		roles = "api + scheduler + worker"
+	}
+	self := ProcessMemory{
+		Name: "dispatch-load (" + roles + " in process)", PID: os.Getpid(),
+		Note: "also runs the load generator and the receiver",
+	}
+	self.PeakRSSBytes, _ = PeakRSS(self.PID)
+	out := []ProcessMemory{self}
+	for i, w := range d.workers {
+		p := ProcessMemory{Name: fmt.Sprintf("worker %d", i+1), PID: w.cmd.Process.Pid}
+		p.PeakRSSBytes, _ = PeakRSS(p.PID)
+		out = append(out, p)
+	}
+	return out
+}
+
+// stop stops every role, newest first, then drops the database and the
+// Redis keys. It is safe on a partly started deployment.
+func (d *deployment) stop(ctx context.Context) error {
+	var errs []error
+	for i, w := range d.workers {
+		errs = append(errs, w.stop(30*time.Second, fmt.Sprintf("worker %d", i+1)))
+	}
+	for i := len(d.apps) - 1; i >= 0; i-- {
+		if err := d.apps[i].Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop role: %w", err))
+		}
+	}
+	if d.database != "" {
+		if _, err := d.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.database}.Sanitize()+" WITH (FORCE)"); err != nil {
+			errs = append(errs, fmt.Errorf("drop database %s: %w", d.database, err))
+		}
+	}
+	if d.admin != nil {
+		_ = d.admin.Close(ctx)
+	}
+	if d.redis != nil {
+		if d.prefix != "" {
+			errs = append(errs, deleteKeys(ctx, d.redis, d.prefix))
+		}
+		_ = d.redis.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// stop asks the worker to stop gracefully, and kills it after grace.
+func (w *workerProcess) stop(grace time.Duration, name string) error {
+	select {
+	case <-w.exited:
+		return fmt.Errorf("%s had exited before the end of the run (%v)", name, w.cmd.ProcessState)
+	default:
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.exited:
+		return nil
+	case <-time.After(grace):
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed", name, grace)
+	}
+}
+
+// deleteKeys unlinks every key under prefix, found with SCAN.
+func deleteKeys(ctx context.Context, client *goredis.Client, prefix string) error {
+	pattern := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(prefix) + "*"
+	iter := client.Scan(ctx, 0, pattern, 500).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			if err := client.Unlink(ctx, batch...).Err(); err != nil {
+				return fmt.Errorf("delete Redis keys under %s: %w", prefix, err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scan Redis keys under %s: %w", prefix, err)
+	}
+	if len(batch) > 0 {
+		if err := client.Unlink(ctx, batch...).Err(); err != nil {
+			return fmt.Errorf("delete Redis keys under %s: %w", prefix, err)
+		}
+	}
+	return nil
+}
+
+// BuildDispatch builds the dispatch binary into a temporary directory with
+// `go build`; remove deletes it. It must run inside the module (the
+// repository checkout).
+func BuildDispatch(ctx context.Context) (path string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "dispatch-load-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	remove = func() { _ = os.RemoveAll(dir) }
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	path = filepath.Join(dir, "dispatch")
+	out, err := exec.CommandContext(ctx, gobin, "build", "-o", path, DispatchPackage).CombinedOutput()
+	if err != nil {
+		remove()
+		return "", nil, fmt.Errorf("go build %s (run inside the repository, or pass --dispatch-bin): %v\n%s", DispatchPackage, err, out)
+	}
+	return path, remove, nil
+}
+
+// PeakRSS returns the peak resident set size (VmHWM) of process pid.
+func PeakRSS(pid int) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(raw)
+}
+
+func parseVmHWM(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("unexpected VmHWM line %q", sc.Text())
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected VmHWM line %q", sc.Text())
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("no VmHWM line in the process status")
+}
+
+// freeAddr returns a loopback address with a port nothing listens on now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// prefixWriter writes each line to w with a prefix, so worker logs can be
+// told apart on the tool's stderr.
+type prefixWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	prefix  string
+	partial []byte
+}
+
+func newPrefixWriter(w io.Writer, prefix string) *prefixWriter {
+	return &prefixWriter{w: w, prefix: prefix}
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partial = append(p.partial, b...)
+	for {
+		i := bytes.IndexByte(p.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := append([]byte(p.prefix), p.partial[:i+1]...)
+		_, _ = p.w.Write(line)
+		p.partial = p.partial[i+1:]
+	}
+	return len(b), nil
+}

@@ -1,0 +1,135 @@
+package loadtest
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+var (
+	acceptedColor  = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	deliveredColor = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	p50Color       = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	p99Color       = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+)
+
+// WritePNG draws the run over time as a PNG: throughput (events accepted
+// and deliveries received per second) above, accepted→received latency
+// (p50 and p99 of each second's deliveries) below.
+func (r *Report) WritePNG(w io.Writer) error {
+	title := "dispatch-load"
+	if r.Workload != "" {
+		title += " " + r.Workload
+	}
+	throughput := plot.New()
+	throughput.Title.Text = title + ": throughput"
+	throughput.X.Label.Text = "seconds since start"
+	throughput.Y.Label.Text = "per second"
+	throughput.Y.Min = 0
+	throughput.Y.Tick.Marker = plainTicks{}
+	throughput.Legend.Top = true
+	throughput.Add(plotter.NewGrid())
+	if err := addLine(throughput, "events accepted/s", acceptedColor, r.Timeline, func(s Second) (float64, bool) {
+		return float64(s.Accepted), true
+	}); err != nil {
+		return err
+	}
+	latency := plot.New()
+	latency.Title.Text = "accepted → received latency"
+	latency.X.Label.Text = "seconds since start"
+	latency.Y.Label.Text = "ms"
+	latency.Y.Min = 0
+	latency.Y.Tick.Marker = plainTicks{}
+	latency.Legend.Top = true
+	latency.Add(plotter.NewGrid())
+	if r.Deliveries != nil {
+		if err := addLine(throughput, "deliveries received/s", deliveredColor, r.Timeline, func(s Second) (float64, bool) {
+			return float64(s.Delivered), true
+		}); err != nil {
+			return err
+		}
+		if err := addLine(latency, "p50", p50Color, r.Timeline, func(s Second) (float64, bool) {
+			return s.P50Ms, s.Delivered > 0
+		}); err != nil {
+			return err
+		}
+		if err := addLine(latency, "p99", p99Color, r.Timeline, func(s Second) (float64, bool) {
+			return s.P99Ms, s.Delivered > 0
+		}); err != nil {
+			return err
+		}
+	} else {
+		latency.Title.Text = "no subscriptions: no deliveries to time"
+	}
+	// Both panels share the time axis, to the end of the last second.
+	xmax := float64(max(len(r.Timeline), 1))
+	throughput.X.Min, latency.X.Min, throughput.X.Max, latency.X.Max = 0, 0, xmax, xmax
+
+	img := vgimg.New(24*vg.Centimeter, 20*vg.Centimeter)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4, PadY: vg.Millimeter * 6}
+	canvases := plot.Align([][]*plot.Plot{{throughput}, {latency}}, tiles, dc)
+	throughput.Draw(canvases[0][0])
+	latency.Draw(canvases[1][0])
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("write PNG: %w", err)
+	}
+	return nil
+}
+
+// addLine plots value over the seconds where it is defined; a second
+// where it is not breaks the line into separate segments.
+func addLine(p *plot.Plot, name string, c color.Color, seconds []Second, value func(Second) (float64, bool)) error {
+	var segments []plotter.XYs
+	var cur plotter.XYs
+	for _, s := range seconds {
+		v, ok := value(s)
+		if !ok {
+			if len(cur) > 0 {
+				segments = append(segments, cur)
+				cur = nil
+			}
+			continue
+		}
+		// Each second's figure is drawn at its middle.
+		cur = append(cur, plotter.XY{X: float64(s.T) + 0.5, Y: v})
+	}
+	if len(cur) > 0 {
+		segments = append(segments, cur)
+	}
+	for i, seg := range segments {
+		line, points, err := plotter.NewLinePoints(seg)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", name, err)
+		}
+		line.Color, line.Width = c, vg.Points(1.5)
+		points.Color, points.Radius = c, vg.Points(1.5)
+		p.Add(line, points)
+		if i == 0 {
+			p.Legend.Add(name, line)
+		}
+	}
+	return nil
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros
+// (500, not 500.00).
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', -1, 64)
+		}
+	}
+	return ticks
+}

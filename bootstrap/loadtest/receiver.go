@@ -1,0 +1,285 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+)
+
+// acceptedLog remembers when each event's publish was answered 202, for
+// the receiver to measure accepted→received latency. It is sharded so
+// publishers and the receiver rarely wait for one another.
+type acceptedLog struct {
+	shards [64]struct {
+		mu sync.Mutex
+		at map[string]time.Time
+	}
+	seed  maphash.Seed
+	count atomic.Int64
+}
+
+func newAcceptedLog() *acceptedLog {
+	l := &acceptedLog{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].at = map[string]time.Time{}
+	}
+	return l
+}
+
+func (l *acceptedLog) shard(id string) int {
+	return int(maphash.String(l.seed, id) % uint64(len(l.shards)))
+}
+
+// add records that event id was accepted at at.
+func (l *acceptedLog) add(id string, at time.Time) {
+	s := &l.shards[l.shard(id)]
+	s.mu.Lock()
+	s.at[id] = at
+	s.mu.Unlock()
+	l.count.Add(1)
+}
+
+// get returns when event id was accepted.
+func (l *acceptedLog) get(id string) (time.Time, bool) {
+	s := &l.shards[l.shard(id)]
+	s.mu.Lock()
+	at, ok := s.at[id]
+	s.mu.Unlock()
+	return at, ok
+}
+
+// each calls fn for every accepted event.
+func (l *acceptedLog) each(fn func(id string, at time.Time)) {
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for id, at := range s.at {
+			fn(id, at)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// arrival is one request the receiver answered.
+type arrival struct {
+	eventID string
+	sub     int
+	at      time.Time
+	// ok is set when the receiver answered 2xx.
+	ok bool
+}
+
+type pair struct {
+	eventID string
+	sub     int
+}
+
+// endpoint is one subscription's path on the receiver.
+type endpoint struct {
+	mu sync.RWMutex
+	wh *standardwebhooks.Webhook
+}
+
+// Receiver is the webhook endpoint of every subscription of a run: a
+// keep-alive HTTP server on 127.0.0.1 with one path per subscription
+// (/s/<index>). It verifies signatures with the Standard Webhooks library,
+// answers after the configured latency, fails the configured share of
+// requests with 500, and records every request.
+type Receiver struct {
+	latency      time.Duration
+	failureRate  float64
+	verifySample float64
+	accepted     *acceptedLog
+	endpoints    []*endpoint
+
+	srv *http.Server
+	ln  net.Listener
+
+	mu       sync.Mutex
+	arrivals []arrival
+	firsts   map[pair]struct{}
+	window   []time.Duration // latencies since the last progress line
+
+	requests     atomic.Int64
+	failed       atomic.Int64
+	delivered    atomic.Int64 // distinct (event, subscription) pairs answered 2xx
+	duplicates   atomic.Int64
+	unknown      atomic.Int64 // requests to a path or subscription that is not ours
+	verified     atomic.Int64
+	badSignature atomic.Int64
+	lastOK       atomic.Int64 // unix nanoseconds of the latest first arrival
+	firstBadSig  atomic.Pointer[string]
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// NewReceiver listens on 127.0.0.1 (port chosen by the system) with one
+// endpoint per subscription; secrets are set with SetSecret once the
+// subscriptions exist.
+func NewReceiver(subscriptions int, cfg Config, accepted *acceptedLog) (*Receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("receiver: listen on 127.0.0.1: %w", err)
+	}
+	r := &Receiver{
+		latency: cfg.ReceiverLatency, failureRate: cfg.ReceiverFailureRate, verifySample: cfg.VerifySample,
+		accepted: accepted, firsts: map[pair]struct{}{}, ln: ln,
+	}
+	for range subscriptions {
+		r.endpoints = append(r.endpoints, &endpoint{})
+	}
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// URL is subscription i's endpoint.
+func (r *Receiver) URL(i int) string { return fmt.Sprintf("http://%s/s/%d", r.ln.Addr(), i) }
+
+// SetSecret makes subscription i's endpoint verify with secret.
+func (r *Receiver) SetSecret(i int, secret string) error {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return fmt.Errorf("receiver: secret of subscription %d: %w", i, err)
+	}
+	e := r.endpoints[i]
+	e.mu.Lock()
+	e.wh = wh
+	e.mu.Unlock()
+	return nil
+}
+
+// Close stops the server, ending idle keep-alive connections and waiting
+// for requests in flight until ctx ends.
+func (r *Receiver) Close(ctx context.Context) error {
+	err := r.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return r.srv.Close()
+	}
+	return err
+}
+
+// ServeHTTP handles one webhook.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.requests.Add(1)
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bodyBuffers.Put(buf)
+	_, readErr := buf.ReadFrom(req.Body)
+	sub, ok := r.subscription(req)
+	if !ok || readErr != nil || req.Method != http.MethodPost {
+		r.unknown.Add(1)
+		http.NotFound(w, req)
+		return
+	}
+	if r.verifySample >= 1 || (r.verifySample > 0 && rand.Float64() < r.verifySample) {
+		r.verify(sub, buf.Bytes(), req.Header)
+	}
+	if r.latency > 0 {
+		t := time.NewTimer(r.latency)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			t.Stop()
+		}
+	}
+	fail := r.failureRate > 0 && rand.Float64() < r.failureRate
+	now := time.Now()
+	r.record(arrival{eventID: req.Header.Get("Webhook-Id"), sub: sub, at: now, ok: !fail})
+	if fail {
+		r.failed.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (r *Receiver) subscription(req *http.Request) (int, bool) {
+	rest, ok := strings.CutPrefix(req.URL.Path, "/s/")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || i >= len(r.endpoints) {
+		return 0, false
+	}
+	return i, true
+}
+
+func (r *Receiver) verify(sub int, body []byte, header http.Header) {
+	e := r.endpoints[sub]
+	e.mu.RLock()
+	wh := e.wh
+	e.mu.RUnlock()
+	err := errors.New("no secret known for this subscription yet")
+	if wh != nil {
+		err = wh.Verify(body, header)
+	}
+	r.verified.Add(1)
+	if err != nil {
+		r.badSignature.Add(1)
+		msg := fmt.Sprintf("subscription %d, webhook-id %s: %v", sub, header.Get("Webhook-Id"), err)
+		r.firstBadSig.CompareAndSwap(nil, &msg)
+	}
+}
+
+func (r *Receiver) record(a arrival) {
+	var latency time.Duration
+	var known bool
+	if a.ok {
+		var at time.Time
+		if at, known = r.accepted.get(a.eventID); known {
+			latency = a.at.Sub(at)
+		}
+	}
+	r.mu.Lock()
+	r.arrivals = append(r.arrivals, a)
+	first := false
+	if a.ok {
+		p := pair{a.eventID, a.sub}
+		if _, seen := r.firsts[p]; !seen {
+			r.firsts[p] = struct{}{}
+			first = true
+			if known {
+				r.window = append(r.window, latency)
+			}
+		}
+	}
+	r.mu.Unlock()
+	switch {
+	case first:
+		r.delivered.Add(1)
+		r.lastOK.Store(a.at.UnixNano())
+	case a.ok:
+		r.duplicates.Add(1)
+	}
+}
+
+// takeWindow returns the latencies of first arrivals since the last call
+// whose publish had already been answered when they arrived.
+func (r *Receiver) takeWindow() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.window
+	r.window = nil
+	return w
+}
+
+// snapshot returns every request recorded so far.
+func (r *Receiver) snapshot() []arrival {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]arrival(nil), r.arrivals...)
+}

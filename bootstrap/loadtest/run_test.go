@@ -1,0 +1,155 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestTinyRunDeliversEverythingAndWritesEveryReport starts Dispatch in
+// process (a fresh database on the PostgreSQL server the tests use, a
+// Redis prefix, one in-process worker), publishes 200 events to two
+// subscriptions and checks the counts and the three report files.
+func TestTinyRunDeliversEverythingAndWritesEveryReport(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = serverURL()
+	cfg.RedisURL = redistest.URL()
+	redistest.Client(t) // fails with how to start Redis when it is down
+	cfg.Workers = 0
+	cfg.Events, cfg.Subscriptions, cfg.Publishers, cfg.PayloadBytes = 200, 2, 8, 256
+	cfg.DrainTimeout = time.Minute
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r, err := Run(ctx, cfg, Options{Progress: &progress})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	p, d := r.Publish, r.Deliveries
+	if p.Sent != 200 || p.Accepted != 200 || p.Failed != 0 {
+		t.Errorf("publish sent/accepted/failed = %d/%d/%d, want 200/200/0 (errors: %v)", p.Sent, p.Accepted, p.Failed, p.Errors)
+	}
+	if p.Latency.Count != 200 || p.PerSecond <= 0 {
+		t.Errorf("publish latency count %d, rate %g: want 200 and a positive rate", p.Latency.Count, p.PerSecond)
+	}
+	if d == nil {
+		t.Fatal("no delivery stats with two subscriptions")
+	}
+	if d.Expected != 400 || d.Delivered != 400 || d.Lost != 0 || d.Duplicates != 0 || d.Unexpected != 0 {
+		t.Errorf("expected/delivered/lost/duplicates/unexpected = %d/%d/%d/%d/%d, want 400/400/0/0/0",
+			d.Expected, d.Delivered, d.Lost, d.Duplicates, d.Unexpected)
+	}
+	if d.Verified != d.Requests || d.BadSignatures != 0 {
+		t.Errorf("verified %d of %d requests, %d refused (%s); want all verified, none refused",
+			d.Verified, d.Requests, d.BadSignatures, d.FirstBadSig)
+	}
+	if d.AttemptsPerDelivery != 1 || d.DrainEnded != "all delivered" {
+		t.Errorf("attempts per delivery %g, drain %q; want 1 and all delivered", d.AttemptsPerDelivery, d.DrainEnded)
+	}
+	if d.Latency.Count != 400 || d.Latency.P50Ms > d.Latency.P99Ms || d.Latency.P99Ms > d.Latency.MaxMs {
+		t.Errorf("end-to-end latency %+v: want 400 values, p50 ≤ p99 ≤ max", d.Latency)
+	}
+	var accepted, delivered int
+	for _, s := range r.Timeline {
+		accepted += s.Accepted
+		delivered += s.Delivered
+	}
+	if accepted != 200 || delivered != 400 {
+		t.Errorf("timeline holds %d accepted and %d delivered, want 200 and 400", accepted, delivered)
+	}
+	if len(r.Memory) != 1 || r.Memory[0].PeakRSSBytes <= 0 || !strings.Contains(r.Memory[0].Name, "in process") {
+		t.Errorf("memory = %+v, want this process's peak RSS, labelled in process", r.Memory)
+	}
+
+	dir := t.TempDir()
+	jsonPath, mdPath, pngPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.md"), filepath.Join(dir, "r.png")
+	if err := WriteFiles(r, jsonPath, mdPath, pngPath); err != nil {
+		t.Fatal(err)
+	}
+	var decoded Report
+	if raw, err := os.ReadFile(jsonPath); err != nil || json.Unmarshal(raw, &decoded) != nil {
+		t.Fatalf("JSON report unreadable: %v", err)
+	}
+	if decoded.Deliveries == nil || decoded.Deliveries.Delivered != 400 || decoded.Publish.Accepted != 200 {
+		t.Errorf("JSON report = %+v, want the run's counts", decoded)
+	}
+	md, _ := os.ReadFile(mdPath)
+	for _, want := range []string{"| metric | value |", "| events accepted/s |", "| lost / duplicates | 0 / 0 |", "peak RSS"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("Markdown report lacks %q:\n%s", want, md)
+		}
+	}
+	png, _ := os.ReadFile(pngPath)
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 10_000 {
+		t.Errorf("plot is not a PNG of some size (%d bytes)", len(png))
+	}
+	if !strings.Contains(progress.String(), "accepted") && r.PublishSeconds+r.DeliverySeconds > 2 {
+		t.Errorf("no progress line in a run of more than a second:\n%s", progress.String())
+	}
+}
+
+// serverURL is the PostgreSQL server the tests use, as pgtest finds it.
+func serverURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return pgtest.DefaultURL
+}
+
+func TestFlagsOverrideTheWorkload(t *testing.T) {
+	t.Parallel()
+	cfg, rf, err := parseRun([]string{"--workload", "w5", "--quick", "--subscriptions", "3", "--plot", "x.png"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Workload != "W5 (quick)" || cfg.Events != 500 || cfg.Subscriptions != 3 ||
+		cfg.ReceiverLatency != 200*time.Millisecond || cfg.MaxInFlight != 50 || rf.plotPath != "x.png" {
+		t.Errorf("config = %+v, want W5 quick with 3 subscriptions", cfg)
+	}
+	cfg, _, err = parseRun([]string{"--ingest-only", "--events", "10"}, &bytes.Buffer{})
+	if err != nil || cfg.Subscriptions != 0 || cfg.Events != 10 {
+		t.Errorf("--ingest-only: %+v, %v; want no subscriptions", cfg, err)
+	}
+	for _, args := range [][]string{
+		{"--workload", "W9"},
+		{"--target", "http://10.0.0.5:8080", "--api-key", "k"},
+		{"--target", "http://127.0.0.1:8080"},
+		{"--receiver-failure-rate", "1.5"},
+		{"--events", "0"},
+	} {
+		if _, _, err := parseRun(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseRun(%q): no error", args)
+		}
+	}
+}
+
+func TestEveryWorkloadIsValid(t *testing.T) {
+	t.Parallel()
+	for _, w := range Workloads {
+		for _, quick := range []bool{false, true} {
+			if err := w.Configure(DefaultConfig(), quick).Validate(); err != nil {
+				t.Errorf("%s (quick %v): %v", w.Name, quick, err)
+			}
+		}
+	}
+	cases, err := benchCases(BenchOptions{Base: DefaultConfig(), Only: []string{"W6"}})
+	if err != nil || len(cases) != 3 || cases[2].name != "W6-4w" || cases[2].cfg.Workers != 4 {
+		t.Errorf("W6 bench cases = %+v, %v; want W6-1w, W6-2w, W6-4w", cases, err)
+	}
+}

@@ -1,0 +1,111 @@
+package loadtest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Workload is one of the standard workloads of the performance targets
+// (SPEC §6): a name, what it measures, the target it is judged by, and how
+// it changes the default settings.
+type Workload struct {
+	// Name is what --workload takes: W1 … W6.
+	Name string
+	// What the workload is, for reports and the README.
+	Title string
+	// Target is the figure it must reach.
+	Target string
+	// Apply sets the workload's knobs on a default Config.
+	Apply func(*Config)
+	// Quick scales Apply's settings down for development runs.
+	Quick func(*Config)
+	// WorkerSweep, when set, makes the bench suite run the workload once
+	// per entry with that many worker processes.
+	WorkerSweep []int
+}
+
+// Workloads are the standard workloads, in the order the bench suite runs
+// them.
+var Workloads = []Workload{
+	{
+		Name: "W1", Title: "durable ingest: 50,000 events of 1 KiB, 64 concurrent publishers, no subscriptions",
+		Target: "≥ 15,000 events/s accepted, p99 publish ≤ 25 ms",
+		Apply: func(c *Config) {
+			c.Events, c.PayloadBytes, c.Publishers, c.Subscriptions = 50_000, 1024, 64, 0
+		},
+		Quick: func(c *Config) { c.Events = 5_000 },
+	},
+	{
+		Name: "W2", Title: "steady: 1,000 events/s for 60 s, one subscription, receiver answers at once",
+		Target: "accepted→received p50 ≤ 5 ms, p99 ≤ 25 ms, zero loss",
+		Apply: func(c *Config) {
+			c.Events, c.Duration, c.Rate, c.Publishers, c.Subscriptions = 0, 60*time.Second, 1000, 32, 1
+		},
+		Quick: func(c *Config) { c.Duration = 10 * time.Second },
+	},
+	{
+		Name: "W3", Title: "throughput: 100,000 events, one subscription, open loop (ingest and delivery together)",
+		Target: "≥ 8,000 events delivered/s sustained; every process ≤ 200 MiB RSS",
+		Apply: func(c *Config) {
+			c.Events, c.Publishers, c.Subscriptions = 100_000, 32, 1
+		},
+		Quick: func(c *Config) { c.Events = 10_000 },
+	},
+	{
+		Name: "W4", Title: "fan-out: 2,000 events × 50 subscriptions",
+		Target: "≥ 15,000 deliveries/s",
+		Apply: func(c *Config) {
+			c.Events, c.Publishers, c.Subscriptions = 2_000, 16, 50
+		},
+		Quick: func(c *Config) { c.Events = 200 },
+	},
+	{
+		// The concurrency bound is 20 × 50 in flight / 0.2 s = 5,000/s. A
+		// worker attempts at most DISPATCH_WORKER_CONCURRENCY deliveries
+		// at once (256 by default), which alone would cap one worker at
+		// 1,280/s; the workload raises it to the 1,000 requests the
+		// subscriptions allow in flight.
+		Name: "W5", Title: "slow endpoints: 20 subscriptions answering in 200 ms, max_in_flight 50 each; 3,000 events",
+		Target: "≥ 90 % of min(5,000/s concurrency bound, W3 figure)",
+		Apply: func(c *Config) {
+			c.Events, c.Publishers, c.Subscriptions = 3_000, 16, 20
+			c.ReceiverLatency, c.MaxInFlight, c.WorkerConcurrency = 200*time.Millisecond, 50, 1000
+		},
+		Quick: func(c *Config) { c.Events = 500 },
+	},
+	{
+		Name: "W6", Title: "scaling: W3 with 1, 2 and 4 worker processes",
+		Target: "2 and 4 workers each ≥ 0.95 × the 1-worker figure",
+		Apply: func(c *Config) {
+			c.Events, c.Publishers, c.Subscriptions = 100_000, 32, 1
+		},
+		Quick:       func(c *Config) { c.Events = 10_000 },
+		WorkerSweep: []int{1, 2, 4},
+	},
+}
+
+// FindWorkload returns the standard workload called name (case-insensitive).
+func FindWorkload(name string) (Workload, error) {
+	var names []string
+	for _, w := range Workloads {
+		if strings.EqualFold(w.Name, name) {
+			return w, nil
+		}
+		names = append(names, w.Name)
+	}
+	return Workload{}, fmt.Errorf("unknown workload %q (want one of %s)", name, strings.Join(names, ", "))
+}
+
+// Configure returns base with the workload's settings applied, scaled
+// down when quick.
+func (w Workload) Configure(base Config, quick bool) Config {
+	c := base
+	c.Workload = w.Name
+	w.Apply(&c)
+	if quick && w.Quick != nil {
+		w.Quick(&c)
+		c.Workload += " (quick)"
+	}
+	return c
+}
