@@ -34,6 +34,13 @@ type cluster struct {
 // schedulers are started by the caller.
 func newCluster(t *testing.T, tune func(*bootstrap.Config)) *cluster {
 	t.Helper()
+	return newClusterWith(t, tune)
+}
+
+// newClusterWith is newCluster with apiOptions added to the api's app, for
+// replacing what it is built with (fx.Decorate).
+func newClusterWith(t *testing.T, tune func(*bootstrap.Config), apiOptions ...fx.Option) *cluster {
+	t.Helper()
 	cfg := testConfig(t)
 	cfg.DatabaseURL = pgtest.NewDatabase(t)
 	cfg.RedisURL = redistest.URL()
@@ -44,7 +51,7 @@ func newCluster(t *testing.T, tune func(*bootstrap.Config)) *cluster {
 	}
 	startApp(t, bootstrap.RoleMigrate, cfg)
 	var api *bootstrap.APIServer
-	startApp(t, bootstrap.RoleAPI, cfg, fx.Populate(&api))
+	startApp(t, bootstrap.RoleAPI, cfg, fx.Options(apiOptions...), fx.Populate(&api))
 	return &cluster{t: t, cfg: cfg, api: newAPIClient(t, "http://"+api.Addr())}
 }
 

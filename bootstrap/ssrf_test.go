@@ -1,9 +1,7 @@
 package bootstrap_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -16,23 +14,22 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
-	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // The SSRF guard end to end: subscription URLs checked at create/update
 // (422), the delivery client's dialer checking again at connect time (DNS
 // rebinding), and the allow-list of configuration. Unlike the rest of the
-// suite these deployments run with private targets forbidden.
+// suite these clusters run with private targets forbidden.
 
 // TestSSRFGuardRefusesForbiddenURLsWith422 creates and updates
 // subscriptions against an API whose guard is on, with the real resolver.
 func TestSSRFGuardRefusesForbiddenURLsWith422(t *testing.T) {
 	t.Parallel()
-	d := newSSRFDeployment(t, nil)
+	c := newClusterWith(t, forbidPrivateTargets)
 
 	for _, tc := range []struct{ url, names string }{
 		{"http://169.254.169.254/latest/meta-data", "169.254.169.254 (cloud metadata service)"},
@@ -40,27 +37,25 @@ func TestSSRFGuardRefusesForbiddenURLsWith422(t *testing.T) {
 		{"http://localhost:9/hook", "(loopback)"}, // resolved from /etc/hosts: 127.0.0.1 or ::1
 		{"http://10.1.2.3/hook", "10.1.2.3 (private)"},
 	} {
-		status, body := d.api.do(http.MethodPost, "/v1/subscriptions", map[string]any{"url": tc.url, "event_types": []string{"*"}}, nil)
-		if status != http.StatusUnprocessableEntity || !strings.Contains(body, "body.url") ||
-			!strings.Contains(body, "destination address is not allowed") || !strings.Contains(body, tc.names) {
-			t.Errorf("create at %s = %d %s, want 422 on body.url saying the destination address %s is not allowed", tc.url, status, body, tc.names)
+		res, err := c.api.CreateSubscriptionWithResponse(t.Context(), client.SubscriptionInput{Url: tc.url, EventTypes: &[]string{"*"}})
+		status, msg := urlProblem(t, "create subscription at "+tc.url, res, err)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(msg, "destination address is not allowed") || !strings.Contains(msg, tc.names) {
+			t.Errorf("create at %s = %d %s, want 422 on body.url saying the destination address %s is not allowed", tc.url, status, res.GetBody(), tc.names)
 		}
 	}
 
 	// An update to a forbidden URL is refused too, and changes nothing.
-	var sub struct {
-		ID  string `json:"id"`
-		URL string `json:"url"`
-	}
 	const public = "http://93.184.216.34/hook" // a literal: accepted without DNS
-	d.api.must(http.MethodPost, "/v1/subscriptions", map[string]any{"url": public, "event_types": []string{"*"}}, http.StatusCreated, &sub)
-	status, body := d.api.do(http.MethodPatch, "/v1/subscriptions/"+sub.ID, map[string]any{"url": "http://169.254.169.254/"}, nil)
-	if status != http.StatusUnprocessableEntity || !strings.Contains(body, "169.254.169.254 (cloud metadata service)") {
-		t.Errorf("update to the metadata address = %d %s, want 422 naming it", status, body)
+	id, _ := c.subscribe(public, "*", client.SubscriptionInput{})
+	res, err := c.api.UpdateSubscriptionWithResponse(t.Context(), id, client.SubscriptionPatch{Url: new("http://169.254.169.254/")})
+	status, msg := urlProblem(t, "update subscription "+id, res, err)
+	if status != http.StatusUnprocessableEntity || !strings.Contains(msg, "169.254.169.254 (cloud metadata service)") {
+		t.Errorf("update to the metadata address = %d %s, want 422 on body.url naming it", status, res.GetBody())
 	}
-	d.api.must(http.MethodGet, "/v1/subscriptions/"+sub.ID, nil, http.StatusOK, &sub)
-	if sub.URL != public {
-		t.Errorf("after a refused update the url is %q, want %q unchanged", sub.URL, public)
+	what := "get subscription " + id
+	got, err := c.api.GetSubscriptionWithResponse(t.Context(), id)
+	if sub := body(t, what, expect(t, what, got, err, http.StatusOK).JSON200); sub.Url != public {
+		t.Errorf("after a refused update the url is %q, want %q unchanged", sub.Url, public)
 	}
 }
 
@@ -72,49 +67,44 @@ func TestSSRFGuardRefusesForbiddenURLsWith422(t *testing.T) {
 func TestDNSRebindingIsRefusedAtConnectTime(t *testing.T) {
 	t.Parallel()
 	rebinding := webhook.Guard{Resolver: staticResolver{"localhost": {netip.MustParseAddr("93.184.216.34")}}}
-	d := newSSRFDeployment(t, nil, fx.Decorate(func(ports.EndpointGuard) ports.EndpointGuard { return rebinding }))
+	c := newClusterWith(t, forbidPrivateTargets, fx.Decorate(func(ports.EndpointGuard) ports.EndpointGuard { return rebinding }))
+	c.start(bootstrap.RoleWorker)
+	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
 	e, url := rcv.add("/rebound", nil)
 	url = strings.Replace(url, "127.0.0.1", "localhost", 1)
 
-	var sub struct{ ID string }
-	d.api.must(http.MethodPost, "/v1/subscriptions", map[string]any{
-		"url": url, "event_types": []string{"rebind.tested"},
+	c.subscribe(url, "rebind.tested", client.SubscriptionInput{
 		// Retries so fast that a retryable failure would show as more attempts.
-		"retry_policy": map[string]any{"initial_interval": "10ms", "multiplier": 1, "max_attempts": 5},
-	}, http.StatusCreated, &sub)
-	eventID := d.publish("rebind.tested")
+		RetryPolicy: &client.RetryPolicy{InitialInterval: new("10ms"), Multiplier: new(1.0), MaxAttempts: new(int64(5))},
+	})
+	eventID := c.publish("rebind.tested", `{"n":1}`)
 
-	ev := d.waitEvent(eventID, "failed")
+	ev := c.waitEvent(eventID, "failed", 15*time.Second)
 	if len(ev.Deliveries) != 1 {
 		t.Fatalf("event has %d deliveries, want 1", len(ev.Deliveries))
 	}
 	del := ev.Deliveries[0]
 	if del.Status != "dead" || del.Attempts != 1 || del.LastStatusCode != nil {
-		t.Errorf("delivery = status %s after %d attempts (last status code %v), want dead after exactly 1 attempt without an answer",
-			del.Status, del.Attempts, del.LastStatusCode)
+		t.Errorf("delivery = status %s after %d attempts (last status code %d), want dead after exactly 1 attempt without an answer",
+			del.Status, del.Attempts, deref(del.LastStatusCode))
 	}
-	var attempts struct {
-		Data []struct {
-			Attempt    int    `json:"attempt"`
-			StatusCode *int   `json:"status_code"`
-			Error      string `json:"error"`
-		} `json:"data"`
+	attempts := c.attempts(eventID)
+	if len(attempts) != 1 {
+		t.Fatalf("event has %d attempts, want 1: %+v", len(attempts), attempts)
 	}
-	d.api.must(http.MethodGet, "/v1/events/"+eventID+"/attempts", nil, http.StatusOK, &attempts)
-	if len(attempts.Data) != 1 {
-		t.Fatalf("event has %d attempts, want 1: %+v", len(attempts.Data), attempts.Data)
-	}
-	a := attempts.Data[0]
-	t.Logf("attempt error: %s", a.Error)
+	a := attempts[0]
+	aErr := deref(a.Error)
+	t.Logf("attempt error: %s", aErr)
 	// localhost resolves to 127.0.0.1 here, and possibly to ::1 as well,
 	// which the dialer may try first; either way the address is named.
-	if a.StatusCode != nil || !strings.Contains(a.Error, "destination address is not allowed: ") ||
-		!(strings.Contains(a.Error, "127.0.0.1 (loopback)") || strings.Contains(a.Error, "::1 (loopback)")) {
-		t.Errorf("attempt = %+v, want no status and an error saying the loopback address is not allowed", a)
+	if a.StatusCode != nil || !strings.Contains(aErr, "destination address is not allowed: ") ||
+		!(strings.Contains(aErr, "127.0.0.1 (loopback)") || strings.Contains(aErr, "::1 (loopback)")) {
+		t.Errorf("attempt %d = status code %d, error %q; want no status and an error saying the loopback address is not allowed",
+			a.Attempt, deref(a.StatusCode), aErr)
 	}
-	if del.LastError == nil || *del.LastError != a.Error {
-		t.Errorf("delivery last_error = %v, want the attempt's error %q", del.LastError, a.Error)
+	if del.LastError == nil || *del.LastError != aErr {
+		t.Errorf("delivery last_error = %q (set: %t), want the attempt's error %q", deref(del.LastError), del.LastError != nil, aErr)
 	}
 	if got := e.got(); len(got) != 0 {
 		t.Errorf("the receiver got %d requests, want none: the dialer refuses before connecting", len(got))
@@ -126,21 +116,25 @@ func TestDNSRebindingIsRefusedAtConnectTime(t *testing.T) {
 // while other private addresses are still refused.
 func TestAllowedTargetsLetALoopbackReceiverThrough(t *testing.T) {
 	t.Parallel()
-	d := newSSRFDeployment(t, func(cfg *bootstrap.Config) {
+	c := newClusterWith(t, func(cfg *bootstrap.Config) {
+		forbidPrivateTargets(cfg)
 		cfg.AllowedTargets = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
+	c.start(bootstrap.RoleWorker)
+	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
 	e, url := rcv.add("/allowed", nil)
 
-	d.api.must(http.MethodPost, "/v1/subscriptions", map[string]any{"url": url, "event_types": []string{"allow.tested"}}, http.StatusCreated, nil)
+	c.subscribe(url, "allow.tested", client.SubscriptionInput{})
 	for _, refused := range []string{"http://10.0.0.1/hook", "http://169.254.169.254/"} {
-		if status, body := d.api.do(http.MethodPost, "/v1/subscriptions", map[string]any{"url": refused, "event_types": []string{"*"}}, nil); status != http.StatusUnprocessableEntity {
-			t.Errorf("create at %s (not listed) = %d %s, want 422", refused, status, body)
+		res, err := c.api.CreateSubscriptionWithResponse(t.Context(), client.SubscriptionInput{Url: refused, EventTypes: &[]string{"*"}})
+		if status, _ := urlProblem(t, "create subscription at "+refused, res, err); status != http.StatusUnprocessableEntity {
+			t.Errorf("create at %s (not listed) = %d %s, want 422", refused, status, res.GetBody())
 		}
 	}
-	eventID := d.publish("allow.tested")
+	eventID := c.publish("allow.tested", `{"n":1}`)
 
-	ev := d.waitEvent(eventID, "delivered")
+	ev := c.waitEvent(eventID, "delivered", 15*time.Second)
 	if len(ev.Deliveries) != 1 || ev.Deliveries[0].Attempts != 1 {
 		t.Errorf("deliveries = %+v, want one delivered in 1 attempt", ev.Deliveries)
 	}
@@ -218,114 +212,29 @@ func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 	return nil, errors.New("no such host: " + host)
 }
 
-// ssrfKey is the API key of these deployments.
-const ssrfKey = "ssrf-test-key"
+// forbidPrivateTargets turns the guard on, which the rest of the suite's
+// configuration turns off.
+func forbidPrivateTargets(cfg *bootstrap.Config) { cfg.AllowPrivateTargets = false }
 
-// ssrfDeployment is api, worker and scheduler on real PostgreSQL and Redis
-// with private targets forbidden. apiOptions are added to the api's app,
-// where subscriptions are created (the guard lives there).
-type ssrfDeployment struct {
-	t   *testing.T
-	api ssrfAPI
+// problemResponse is a generated response that decodes a problem+json body.
+type problemResponse interface {
+	apiResponse
+	GetApplicationproblemJSONDefault() *client.ErrorModel
 }
 
-func newSSRFDeployment(t *testing.T, tune func(*bootstrap.Config), apiOptions ...fx.Option) *ssrfDeployment {
+// urlProblem returns the status of the call (what, for the message) and the
+// message its problem body gives for body.url, "" when it gives none.
+func urlProblem[R problemResponse](t testing.TB, what string, res R, err error) (status int, msg string) {
 	t.Helper()
-	cfg := bootstrap.DefaultConfig()
-	cfg.ListenAddr = "127.0.0.1:0"
-	cfg.APIKeys = []string{ssrfKey}
-	cfg.AllowPrivateTargets = false
-	cfg.SchedulerPollInterval = 50 * time.Millisecond
-	cfg.VisibilityTimeout = time.Second
-	cfg.LogLevel = "error"
-	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.RedisURL = redistest.URL()
-	cfg.RedisKeyPrefix = redistest.Prefix(t)
-	if tune != nil {
-		tune(&cfg)
-	}
-	startApp(t, bootstrap.RoleMigrate, cfg)
-	var api *bootstrap.APIServer
-	startApp(t, bootstrap.RoleAPI, cfg, append(apiOptions, fx.Populate(&api))...)
-	startApp(t, bootstrap.RoleWorker, cfg)
-	startApp(t, bootstrap.RoleScheduler, cfg)
-	return &ssrfDeployment{t: t, api: ssrfAPI{t: t, base: "http://" + api.Addr()}}
-}
-
-func (d *ssrfDeployment) publish(eventType string) string {
-	d.t.Helper()
-	var ev struct{ ID string }
-	d.api.must(http.MethodPost, "/v1/events", map[string]any{
-		"type": eventType, "source": "ssrf-test", "data": map[string]any{"n": 1},
-	}, http.StatusAccepted, &ev)
-	return ev.ID
-}
-
-type ssrfEvent struct {
-	Status     string `json:"status"`
-	Deliveries []struct {
-		Status         string  `json:"status"`
-		Attempts       int     `json:"attempts"`
-		LastStatusCode *int    `json:"last_status_code"`
-		LastError      *string `json:"last_error"`
-	} `json:"deliveries"`
-}
-
-// waitEvent polls the event until its status is want.
-func (d *ssrfDeployment) waitEvent(id, want string) ssrfEvent {
-	d.t.Helper()
-	var ev ssrfEvent
-	waitFor(d.t, 15*time.Second, "event "+id+" to be "+want, func() bool {
-		d.api.must(http.MethodGet, "/v1/events/"+id, nil, http.StatusOK, &ev)
-		return ev.Status == want
-	})
-	return ev
-}
-
-// ssrfAPI calls the HTTP API with plain net/http.
-type ssrfAPI struct {
-	t    *testing.T
-	base string
-}
-
-// do sends body as JSON and returns the status and the answer, decoding a
-// 2xx answer into out when it is not nil.
-func (a ssrfAPI) do(method, path string, body, out any) (int, string) {
-	a.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			a.t.Fatalf("encode %s %s: %v", method, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(a.t.Context(), method, a.base+path, rd)
 	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+ssrfKey)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if out != nil && res.StatusCode/100 == 2 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			a.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+	if p := res.GetApplicationproblemJSONDefault(); p != nil {
+		for _, d := range deref(p.Errors) {
+			if deref(d.Location) == "body.url" {
+				return res.StatusCode(), deref(d.Message)
+			}
 		}
 	}
-	return res.StatusCode, string(raw)
-}
-
-// must is do, failing the test unless the status is want.
-func (a ssrfAPI) must(method, path string, body any, want int, out any) {
-	a.t.Helper()
-	if status, raw := a.do(method, path, body, out); status != want {
-		a.t.Fatalf("%s %s = %d, want %d: %s", method, path, status, want, raw)
-	}
+	return res.StatusCode(), ""
 }
