@@ -145,6 +145,9 @@ var workerModule = fx.Module("worker",
 				if res.Postponed != "" {
 					m.Postponed(res.Postponed)
 				}
+				if res.Breaker != nil {
+					m.Circuit(res.Delivery.SubscriptionID, *res.Breaker, res.Attempt.CreatedAt)
+				}
 				if !res.Skipped {
 					m.Attempted(res.Delivery.Status, res.Attempt.Duration, res.EventCreatedAt, res.Attempt.CreatedAt)
 					log.Debug("delivery attempted", "delivery_id", res.Delivery.ID, "attempt", res.Attempt.Number,
@@ -177,7 +180,20 @@ var schedulerModule = fx.Module("scheduler",
 			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
 			Consumer: consumerName("scheduler"),
 		}
+		backlog, _ := store.(ports.Backlog)
+		lagging, _ := queue.(ports.StreamLag)
 		startLoops(lc, func(ctx context.Context) {
+			ticker := time.NewTicker(gaugeInterval)
+			defer ticker.Stop()
+			for {
+				exportGauges(ctx, log, m, backlog, lagging)
+				select {
+				case <-ctx.Done():
+					return
+				case <-ticker.C:
+				}
+			}
+		}, func(ctx context.Context) {
 			ticker := time.NewTicker(cfg.SchedulerPollInterval)
 			defer ticker.Stop()
 			for {
@@ -198,6 +214,31 @@ var schedulerModule = fx.Module("scheduler",
 		})
 	}),
 )
+
+// gaugeInterval is how often the scheduler refreshes the backlog gauges:
+// counting undelivered rows is cheap but not free.
+const gaugeInterval = 5 * time.Second
+
+// exportGauges refreshes the backlog and stream-lag gauges; a backend that
+// cannot tell is skipped.
+func exportGauges(ctx context.Context, log *slog.Logger, m *metrics.Metrics, backlog ports.Backlog, lagging ports.StreamLag) {
+	if backlog != nil {
+		if counts, err := backlog.UndeliveredCounts(ctx); err == nil {
+			m.Backlog(counts)
+		} else if ctx.Err() == nil {
+			log.Warn("backlog gauges not refreshed", "error", err)
+		}
+	}
+	if lagging != nil {
+		for stream, group := range map[string]string{ports.EventStream: application.FanOutGroup, ports.DeliveryStream: application.DeliverGroup} {
+			if lag, err := lagging.Lag(ctx, stream, group); err == nil {
+				m.StreamLag(stream, lag)
+			} else if ctx.Err() == nil {
+				log.Warn("stream lag gauge not refreshed", "stream", stream, "error", err)
+			}
+		}
+	}
+}
 
 // devBanner says where dev mode listens and that nothing is durable.
 var devBanner = fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *APIServer) {

@@ -6,6 +6,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,15 @@ type Metrics struct {
 	postponed       *prometheus.CounterVec
 	semFallbacks    prometheus.Counter
 	degraded        prometheus.Counter
+	pending         prometheus.Gauge
+	deadLetters     prometheus.Gauge
+	streamLag       *prometheus.GaugeVec
+	circuitsOpen    prometheus.Gauge
+
+	mu sync.Mutex
+	// openUntil tracks the circuits this process saw open, by
+	// subscription, until they may close; it backs circuitsOpen.
+	openUntil map[string]time.Time
 }
 
 // New creates the collectors and registers them on reg.
@@ -72,6 +82,23 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_protection_failures_total",
 			Help: "Requests sent without a protection (breaker, rate limit, semaphore) because its store failed.",
 		}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_pending_deliveries",
+			Help: "Deliveries not yet delivered nor dead (pending, delivering, retrying); exported by the scheduler.",
+		}),
+		deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_dead_letters",
+			Help: "Dead deliveries (the dead-letter queue); exported by the scheduler.",
+		}),
+		streamLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dispatch_stream_lag",
+			Help: "Stream entries a consumer group has not finished (unread plus unacknowledged), by stream; exported by the scheduler.",
+		}, []string{"stream"}),
+		circuitsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_circuits_open",
+			Help: "Subscriptions whose circuit this worker last saw open and whose open period has not ended.",
+		}),
+		openUntil: map[string]time.Time{},
 	}
 	for _, reason := range []string{domain.ReasonThrottled, domain.ReasonCircuitOpen} {
 		m.postponed.WithLabelValues(reason)
@@ -80,7 +107,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
 	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept, m.malformed,
-		m.postponed, m.semFallbacks, m.degraded)
+		m.postponed, m.semFallbacks, m.degraded,
+		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen)
 	return m
 }
 
@@ -119,3 +147,33 @@ func (m *Metrics) SemaphoreFallback() { m.semFallbacks.Inc() }
 // ProtectionFailed counts one request sent without a protection whose store
 // failed.
 func (m *Metrics) ProtectionFailed() { m.degraded.Inc() }
+
+// Backlog sets the backlog gauges from counts by status.
+func (m *Metrics) Backlog(counts map[domain.DeliveryStatus]int64) {
+	m.pending.Set(float64(counts[domain.DeliveryPending] + counts[domain.DeliveryDelivering] + counts[domain.DeliveryRetrying]))
+	m.deadLetters.Set(float64(counts[domain.DeliveryDead]))
+}
+
+// StreamLag sets one stream's lag.
+func (m *Metrics) StreamLag(stream string, lag int64) {
+	m.streamLag.WithLabelValues(stream).Set(float64(lag))
+}
+
+// Circuit records a breaker state this worker saw for a subscription.
+// Subscription ids are kept only while their circuit is open, so memory
+// stays bounded by the number of open circuits.
+func (m *Metrics) Circuit(subscriptionID string, b domain.Breaker, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b.Phase == domain.BreakerOpen && b.OpenUntil.After(now) {
+		m.openUntil[subscriptionID] = b.OpenUntil
+	} else {
+		delete(m.openUntil, subscriptionID)
+	}
+	for id, until := range m.openUntil {
+		if !until.After(now) {
+			delete(m.openUntil, id)
+		}
+	}
+	m.circuitsOpen.Set(float64(len(m.openUntil)))
+}

@@ -1,0 +1,28 @@
+package ports
+
+import (
+	"context"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// Backlog tells operators how much delivery work is outstanding, for the
+// dispatch_pending_deliveries and dispatch_dead_letters gauges.
+type Backlog interface {
+	// UndeliveredCounts counts deliveries by status, for every status but
+	// delivered (pending, delivering, retrying, dead). A status with no
+	// delivery may be missing from the map. It reads an index, but its cost
+	// grows with the number of undelivered deliveries: call it every few
+	// seconds, not per request.
+	UndeliveredCounts(ctx context.Context) (map[domain.DeliveryStatus]int64, error)
+}
+
+// StreamLag tells how far a consumer group is behind, for the
+// dispatch_stream_lag gauge.
+type StreamLag interface {
+	// Lag returns how many entries of stream group has not finished: those
+	// it has not read yet plus those read but not acknowledged. A group that
+	// does not exist yet has every entry of the stream to go; a stream that
+	// does not exist has none.
+	Lag(ctx context.Context, stream, group string) (int64, error)
+}
