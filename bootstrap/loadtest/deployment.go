@@ -431,3 +431,55 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
+
+// cpuGroups finds the processes of the run: this one, the workers, the
+// PostgreSQL backends of the run's database with the server's shared
+// processes, and the Redis server when it runs on this machine.
+func (d *deployment) cpuGroups(ctx context.Context) cpuGroups {
+	g := cpuGroups{tool: []int{os.Getpid()}}
+	for _, w := range d.workers {
+		g.workers = append(g.workers, w.cmd.Process.Pid)
+	}
+	rows, err := d.admin.Query(ctx,
+		`SELECT pid FROM pg_stat_activity WHERE datname = $1 OR (datname IS NULL AND backend_type <> 'client backend')`, d.database)
+	if err == nil {
+		for rows.Next() {
+			var pid int32
+			if rows.Scan(&pid) == nil {
+				g.postgres = append(g.postgres, int(pid))
+			}
+		}
+		rows.Close()
+	}
+	if info, err := d.redis.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+				pid, _ := strconv.Atoi(v)
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				if strings.Contains(string(comm), "redis") {
+					g.redis = []int{pid}
+				}
+			}
+		}
+	}
+	return g
+}
+
+// union returns g with the pids of other added.
+func (g cpuGroups) union(other cpuGroups) cpuGroups {
+	merge := func(a, b []int) []int {
+		seen := map[int]bool{}
+		var out []int
+		for _, pid := range append(append([]int(nil), a...), b...) {
+			if !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	return cpuGroups{
+		tool: merge(g.tool, other.tool), workers: merge(g.workers, other.workers),
+		postgres: merge(g.postgres, other.postgres), redis: merge(g.redis, other.redis),
+	}
+}

@@ -66,6 +66,7 @@ type runFlags struct {
 	quick              bool
 	jsonPath, plotPath string
 	mdPath             string
+	cpuProfile         string
 }
 
 func newRunFlagSet(cfg *Config, rf *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -80,6 +81,7 @@ func newRunFlagSet(cfg *Config, rf *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&rf.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&rf.mdPath, "md", "", "also write the Markdown table to this file")
 	fs.StringVar(&rf.plotPath, "plot", "", "write a PNG plot of throughput and latency over time to this file")
+	fs.StringVar(&rf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (generator, receiver, in-process roles; use --workers 0 to include the worker) over the measured window to this file")
 	cfg.Flags(fs)
 	return fs
 }
@@ -129,7 +131,17 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
 		return 2
 	}
-	r, err := Run(ctx, cfg, Options{Progress: stderr, Stderr: stderr})
+	opts := Options{Progress: stderr, Stderr: stderr}
+	if rf.cpuProfile != "" {
+		f, err := os.Create(rf.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		opts.CPUProfile = f
+	}
+	r, err := Run(ctx, cfg, opts)
 	if r != nil {
 		if werr := WriteFiles(r, rf.jsonPath, rf.mdPath, rf.plotPath); werr != nil {
 			err = errors.Join(err, werr)

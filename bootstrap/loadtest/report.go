@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -28,13 +29,15 @@ type Report struct {
 	Publish    PublishStats    `json:"publish"`
 	Deliveries *DeliveryStats  `json:"deliveries,omitempty"`
 	Memory     []ProcessMemory `json:"memory,omitempty"`
+	CPU        *CPUUse         `json:"cpu,omitempty"`
 	Timeline   []Second        `json:"timeline"`
 	Notes      []string        `json:"notes,omitempty"`
 }
 
 // Machine says where the run happened.
 type Machine struct {
-	CPUs      int    `json:"cpus"`
+	CPUs int `json:"cpus"`
+
 	GOOS      string `json:"goos"`
 	GOARCH    string `json:"goarch"`
 	GoVersion string `json:"go_version"`
@@ -156,6 +159,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		row("peak RSS: "+m.Name, v)
 	}
+	if u := r.CPU; u != nil {
+		row("CPU cores busy (of "+strconv.Itoa(r.Machine.CPUs)+")", fmt.Sprintf("%.2f: dispatch-load %.2f, workers %.2f, PostgreSQL %.2f, Redis %.2f, other %.2f",
+			u.Machine, u.Tool, u.Workers, u.PostgreSQL, u.Redis, u.Other))
+	}
 	if len(p.Errors) > 0 {
 		kinds := make([]string, 0, len(p.Errors))
 		for k := range p.Errors {
@@ -171,7 +178,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n- %s", n)
 	}
-	if len(r.Notes) > 0 {
+	if !strings.HasSuffix(b.String(), "|\n") {
 		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +35,10 @@ type Options struct {
 	Progress io.Writer
 	// Stderr receives the logs of the worker processes; nil discards them.
 	Stderr io.Writer
+	// CPUProfile, when set, receives a pprof CPU profile of this process
+	// (load generator, receiver and the roles run in process) over the
+	// measured window.
+	CPUProfile io.Writer
 }
 
 // Run executes one run of cfg and reports what it measured. With no
@@ -81,7 +87,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	}
 	defer api.Close()
 
-	report, runErr := measure(ctx, cfg, api, rcv, accepted, opts)
+	probe := func(context.Context) cpuGroups { return cpuGroups{tool: []int{os.Getpid()}} }
+	if dep != nil {
+		probe = dep.cpuGroups
+	}
+	report, runErr := measure(ctx, cfg, api, rcv, accepted, probe, opts)
 	if dep != nil {
 		if report != nil {
 			report.Memory = dep.memory()
@@ -105,7 +115,9 @@ func stopDeployment(d *deployment) error {
 
 // measure creates the subscriptions, publishes, waits for the deliveries
 // and builds the report. Subscriptions it created are deleted again.
-func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, accepted *acceptedLog, opts Options) (*Report, error) {
+func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, accepted *acceptedLog,
+	probe func(context.Context) cpuGroups, opts Options,
+) (*Report, error) {
 	var subIDs []string
 	defer func() {
 		if cfg.Target == "" {
@@ -128,6 +140,13 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		}
 	}
 
+	startGroups := probe(ctx)
+	cpuStart := takeCPUSample(startGroups)
+	if opts.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(opts.CPUProfile); err != nil {
+			return nil, fmt.Errorf("CPU profile: %w", err)
+		}
+	}
 	started := time.Now()
 	pubs := newPublishers(cfg, api, accepted, started)
 	progress := startProgress(opts.Progress, cfg, started, pubs, rcv)
@@ -140,8 +159,15 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		drainEnded = drain(ctx, cfg, rcv, pubs.accepted.Load()*int64(cfg.Subscriptions), publishEnded)
 	}
 	progress.stop()
+	if opts.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	cpuEnd := takeCPUSample(startGroups.union(probe(context.WithoutCancel(ctx))))
 
 	r := buildReport(cfg, started, pubs, rcv, accepted)
+	if use := cpuBetween(cpuStart, cpuEnd); use.Seconds > 0 {
+		r.CPU = &use
+	}
 	if r.Deliveries != nil {
 		r.Deliveries.DrainEnded = drainEnded
 	}

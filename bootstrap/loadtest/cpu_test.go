@@ -1,0 +1,38 @@
+package loadtest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseProcessTicks(t *testing.T) {
+	t.Parallel()
+	// A command name with a space and a parenthesis, as a process may set.
+	stat := "4242 (dispatch (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 350 120 0 0 20 0 9 0 100 0 0"
+	got, err := parseProcessTicks([]byte(stat))
+	if err != nil || got != 470 {
+		t.Errorf("parseProcessTicks = %d, %v; want 350+120", got, err)
+	}
+	if _, err := parseProcessTicks([]byte("4242 (x) S 1")); err == nil {
+		t.Error("a truncated stat line parsed without error")
+	}
+}
+
+func TestCPUBetweenAttributesTicksToGroups(t *testing.T) {
+	t.Parallel()
+	at := time.Now()
+	g := cpuGroups{tool: []int{1}, workers: []int{2, 3}, postgres: []int{4}, redis: []int{5}}
+	start := cpuSample{at: at, busy: 1000, machine: true, groups: g, perPID: map[int]int64{1: 100, 2: 50, 4: 10, 5: 0}}
+	// Over 2 s: the machine was busy 300 ticks = 1.5 cores; pid 3 appeared
+	// in between and counts from zero.
+	end := cpuSample{at: at.Add(2 * time.Second), busy: 1300, machine: true, groups: g,
+		perPID: map[int]int64{1: 140, 2: 70, 3: 20, 4: 110, 5: 10}}
+	got := cpuBetween(start, end)
+	want := CPUUse{Seconds: 2, Machine: 1.5, Tool: 0.2, Workers: 0.2, PostgreSQL: 0.5, Redis: 0.05, Other: 0.55}
+	if got != want {
+		t.Errorf("cpuBetween = %+v, want %+v", got, want)
+	}
+	if busy, err := machineBusyTicks(); err != nil || busy <= 0 {
+		t.Errorf("machineBusyTicks = %d, %v; want a positive count", busy, err)
+	}
+}
