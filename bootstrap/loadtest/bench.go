@@ -172,8 +172,8 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 	if opts.Quick {
 		b.WriteString("**Quick mode: every workload scaled down; not the standard figures.**\n\n")
 	}
-	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 ms | e2e p90 ms | e2e p99 ms | e2e max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | target |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 / p90 / p99 / max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | CPU cores: machine / other | target |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for i, c := range cases {
 		rs := results[i]
 		med := func(f func(*Report) float64) float64 {
@@ -183,29 +183,44 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 			}
 			return Median(vs)
 		}
-		dash := func(f func(*Report) float64, format string) string {
-			if len(rs) == 0 || rs[0].Deliveries == nil {
+		deliveries := len(rs) > 0 && rs[0].Deliveries != nil
+		cell := func(f func(*Report) float64, format func(float64) string) string {
+			if !deliveries {
 				return "–"
 			}
-			return fmt.Sprintf(format, med(f))
+			return format(med(f))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		count := func(v float64) string { return thousands(int64(v + 0.5)) }
+		latency := "–"
+		if deliveries {
+			latency = fmt.Sprintf("%s / %s / %s / %s",
+				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.P50Ms })),
+				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.P90Ms })),
+				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.P99Ms })),
+				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.MaxMs })))
+		}
+		cpu := "–"
+		if len(rs) > 0 && rs[0].CPU != nil {
+			cpu = fmt.Sprintf("%.2f / %.2f", med(func(r *Report) float64 { return r.CPU.Machine }), med(func(r *Report) float64 { return r.CPU.Other }))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			c.name, len(rs),
 			rate(med(func(r *Report) float64 { return r.Publish.PerSecond })),
 			msText(med(func(r *Report) float64 { return r.Publish.Latency.P99Ms })),
-			dash(func(r *Report) float64 { return r.Deliveries.PerSecond }, "%.0f")+dash(func(r *Report) float64 { return r.Deliveries.SustainedPerSecond }, " (%.0f)"),
-			dash(func(r *Report) float64 { return r.Deliveries.Latency.P50Ms }, "%.2f"),
-			dash(func(r *Report) float64 { return r.Deliveries.Latency.P90Ms }, "%.2f"),
-			dash(func(r *Report) float64 { return r.Deliveries.Latency.P99Ms }, "%.1f"),
-			dash(func(r *Report) float64 { return r.Deliveries.Latency.MaxMs }, "%.0f"),
-			dash(func(r *Report) float64 { return r.Deliveries.AttemptsPerDelivery }, "%.3f"),
-			dash(func(r *Report) float64 { return float64(r.Deliveries.Lost) }, "%.0f"),
-			dash(func(r *Report) float64 { return float64(r.Deliveries.Duplicates) }, "%.0f"),
+			cell(func(r *Report) float64 { return r.Deliveries.PerSecond }, func(v float64) string {
+				return fmt.Sprintf("%s (%s)", count(v), count(med(func(r *Report) float64 { return r.Deliveries.SustainedPerSecond })))
+			}),
+			latency,
+			cell(func(r *Report) float64 { return r.Deliveries.AttemptsPerDelivery }, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
+			cell(func(r *Report) float64 { return float64(r.Deliveries.Lost) }, count),
+			cell(func(r *Report) float64 { return float64(r.Deliveries.Duplicates) }, count),
 			fmt.Sprintf("%s / %.0f", rssText(med(workerRSS)), med(toolRSS)/(1<<20)),
+			cpu,
 			c.workload.Target)
 	}
 	b.WriteString("\nPer-run reports: `<workload>-<run>.json`, `.md` and `.png` beside this file. ")
-	b.WriteString("Deliveries/s is deliveries over the time from the first publish to the last delivery; sustained is the median of the full seconds with deliveries.\n")
+	b.WriteString("Deliveries/s is deliveries over the time from the first publish to the last delivery; sustained is the median of the full seconds with deliveries. ")
+	b.WriteString("CPU cores: how busy the whole machine was while each run measured, and how much of that was neither dispatch-load, its workers, its PostgreSQL backends nor Redis (other work on the machine skews every figure).\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -131,7 +131,17 @@ func (d *deployment) createDatabase(ctx context.Context, serverURL, name string)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return "", fmt.Errorf("--database-url must be a postgres:// URL, got %q", redact(serverURL))
 	}
-	conn, err := pgx.Connect(ctx, serverURL)
+	// pool_* parameters are for Dispatch's pgxpool (and pass through to
+	// it); a plain connection would send them to the server.
+	admin := *u
+	q := admin.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
+	admin.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, admin.String())
 	if err != nil {
 		return "", fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
 	}

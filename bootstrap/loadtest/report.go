@@ -141,7 +141,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		row("deliveries received/s", fmt.Sprintf("%s (sustained %s)", rate(d.PerSecond), rate(d.SustainedPerSecond)))
 		row("accepted→received p50 / p90 / p99 / max", latencyText(d.Latency))
 		row("deliveries", fmt.Sprintf("%s of %s expected", thousands(d.Delivered), thousands(d.Expected)))
-		row("lost / duplicates", fmt.Sprintf("%s / %s", thousands(d.Lost), thousands(d.Duplicates)))
+		lost := fmt.Sprintf("%s / %s", thousands(d.Lost), thousands(d.Duplicates))
+		if d.Lost > 0 && d.DrainEnded != "all delivered" {
+			lost += fmt.Sprintf(" (lost = not received when the drain ended: %s)", d.DrainEnded)
+		}
+		row("lost / duplicates", lost)
 		row("attempts per delivery", fmt.Sprintf("%.3f (%s requests, %s answered 500 on purpose)", d.AttemptsPerDelivery, thousands(d.Requests), thousands(d.FailedByReceiver)))
 		row("signatures verified / refused", fmt.Sprintf("%s / %s", thousands(d.Verified), thousands(d.BadSignatures)))
 		if d.Unexpected > 0 {
