@@ -9,6 +9,23 @@ INSERT INTO events (
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
+-- name: InsertEvents :execrows
+-- Stores a batch of events without idempotency keys in one statement, so
+-- one round trip and one commit for the whole batch (the group commit of
+-- Store.CreateEvent). The arrays are zipped row by row. Like InsertEvent, a
+-- duplicate id is a unique violation; it fails the whole statement.
+INSERT INTO events (
+    id, type, source, data, ordering_key, status, created_at
+)
+SELECT
+    unnest(@ids::text[]),
+    unnest(@types::text[]),
+    unnest(@sources::text[]),
+    unnest(@data::bytea[]),
+    unnest(@ordering_keys::text[]),
+    unnest(@statuses::text[]),
+    unnest(@created_ats::timestamptz[]);
+
 -- name: EventByIdempotencyKey :one
 SELECT * FROM events WHERE idempotency_key = @idempotency_key::text;
 

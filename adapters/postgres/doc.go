@@ -7,6 +7,7 @@
 // sqlc models, pgx errors and SQLSTATE codes never leave this package: rows
 // become domain types and errors become domain sentinels here, at the seam.
 //
-// Rule of dependency: imports domain, ports, migrations, sqlcgen, pgx and
-// goose; nothing imports it but bootstrap and tests.
+// Rule of dependency: imports domain, ports, migrations, sqlcgen, pgx,
+// goose and groupcommit (the technology-neutral batching of CreateEvent);
+// nothing imports it but bootstrap and tests.
 package postgres

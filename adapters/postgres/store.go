@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
@@ -26,11 +27,16 @@ type Store struct {
 	// planned runs queries whose best plan depends on their parameter
 	// values (ListDeliveries' optional filters); see unprepared.
 	planned *sqlcgen.Queries
+	// events group-commits events without an idempotency key; see
+	// CreateEvent.
+	events *groupcommit.Batcher[sqlcgen.InsertEventParams]
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
+	s := &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
+	s.events = s.newEventBatcher()
+	return s
 }
 
 // Ping reports whether PostgreSQL answers.
@@ -192,11 +198,25 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 // between, which takes a pathological race to repeat.
 const maxIdempotencyRounds = 10
 
-// CreateEvent implements ports.EventStore. Without a key it is one INSERT.
-// With one, the unique index on idempotency_key decides the race: INSERT …
-// ON CONFLICT DO NOTHING stores the event or finds the key taken; then the
-// owner is returned while it is within keptSince, and an expired owner
-// releases the key (its event stays) and the insert is tried again.
+// CreateEvent implements ports.EventStore.
+//
+// Without a key, concurrent calls are group-committed: their events are
+// stored by one multi-row INSERT, one round trip and one commit for up to
+// maxEventBatch callers (see newEventBatcher and insertEvents), and each
+// call returns once the transaction holding its row has committed, or with
+// that row's error. If ctx ends while the event waits for a batch, the call
+// returns ctx's error at once and the event is not stored. If ctx ends while
+// its batch is being written, the call returns ctx's error at once too, but
+// the batch goes on for the other callers and the event may be committed
+// all the same: it is then durable without having been appended to the
+// event stream, which the scheduler's outbox sweep (UnfannedEvents) makes
+// up for, as after a crash between commit and append.
+//
+// With a key, the call has a round trip of its own, and the unique index on
+// idempotency_key decides the race: INSERT … ON CONFLICT DO NOTHING stores
+// the event or finds the key taken; then the owner is returned while it is
+// within keptSince, and an expired owner releases the key (its event stays)
+// and the insert is tried again.
 func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.Time) (domain.Event, bool, error) {
 	e = normalizeEvent(e)
 	params := sqlcgen.InsertEventParams{
@@ -208,6 +228,12 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 		IdempotencyKey: optionalText(e.IdempotencyKey),
 		Status:         string(e.Status),
 		CreatedAt:      e.CreatedAt,
+	}
+	if e.IdempotencyKey == "" {
+		if err := s.events.Commit(ctx, params); err != nil {
+			return domain.Event{}, false, fmt.Errorf("create event %s: %w", e.ID, err)
+		}
+		return e, true, nil
 	}
 	for range maxIdempotencyRounds {
 		n, err := s.queries.InsertEvent(ctx, params)

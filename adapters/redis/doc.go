@@ -5,8 +5,8 @@
 // connection helper (Connect).
 //
 // Rule of dependency: this package imports ports, domain, go-redis,
-// redis_rate and the standard library, never application or another
-// adapter. go-redis types and errors (redis.Nil, NOGROUP replies) stop here:
+// redis_rate, groupcommit (technology-neutral batching, used by Publish) and
+// the standard library, never application or another adapter. go-redis types and errors (redis.Nil, NOGROUP replies) stop here:
 // they are interpreted once, at the seam, and callers only see ports types
 // and plain errors.
 //

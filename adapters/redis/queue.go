@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,6 +100,11 @@ type Queue struct {
 	// rescanning its head (XAUTOCLAIM's intended use).
 	mu      sync.Mutex
 	cursors map[string]string
+
+	// publishers holds the group commit of Publish for each stream key
+	// (*groupcommit.Batcher[[]string]). Streams are a fixed, small set
+	// (events, deliveries, their partitions), so it is never pruned.
+	publishers sync.Map
 }
 
 var _ ports.Queue = (*Queue)(nil)
@@ -132,27 +138,30 @@ func (q *Queue) key(stream string) string {
 	return q.prefix + "{" + stream + "}"
 }
 
-// Publish appends bodies to stream with one XADD each, pipelined into a
-// single round trip. A pipeline on one connection keeps the order.
+// Publish appends bodies to stream. Concurrent Publish calls to one stream
+// are group-committed: their XADDs go out as one pipeline, one round trip
+// for up to maxPublishCalls callers (see publishBatch), and each call
+// returns once its entries were appended, or with the error of the first of
+// them that was not. A pipeline on one connection keeps the order, so each
+// call's bodies are appended in order and next to each other.
+//
+// If ctx ends while the call waits for its pipeline, Publish returns ctx's
+// error at once and appends nothing. If ctx ends while its pipeline is on
+// its way, Publish returns ctx's error at once, but the pipeline goes on
+// for the other callers and the entries may be appended all the same (the
+// port allows it: "on error some may have been appended").
 func (q *Queue) Publish(ctx context.Context, stream string, bodies ...string) error {
 	if len(bodies) == 0 {
 		return nil
 	}
 	key := q.key(stream)
-	if len(bodies) == 1 {
-		if err := q.client.XAdd(ctx, q.xaddArgs(key, bodies[0])).Err(); err != nil {
-			return fmt.Errorf("redis queue: publish to %s: %w", key, interpretError(err))
+	// A copy: a caller that gives up may reuse its slice while the pipeline
+	// holding it is still being written.
+	if err := q.publisher(key).Commit(ctx, slices.Clone(bodies)); err != nil {
+		if len(bodies) == 1 {
+			return fmt.Errorf("redis queue: publish to %s: %w", key, err)
 		}
-		return nil
-	}
-	_, err := q.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, body := range bodies {
-			p.XAdd(ctx, q.xaddArgs(key, body))
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(bodies), key, interpretError(err))
+		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(bodies), key, err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,7 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"TrimWithoutGroups", s.testTrimWithoutGroups},
 		{"TrimMissingStream", s.testTrimMissingStream},
 		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
+		{"ConcurrentPublishesKeepEachCallsOrder", s.testConcurrentPublishOrder},
 		{"Ping", s.testPing},
 	}
 	for _, tc := range tests {
@@ -705,6 +707,51 @@ func (s suite) testConcurrent(t *testing.T) {
 	left, err := q.Reclaim(ctx, streamName, "g", "rescuer", 0, 100)
 	require.NoError(t, err)
 	assert.Empty(t, left, "every entry was acknowledged")
+}
+
+// testConcurrentPublishOrder publishes from many goroutines at once, as
+// the api role does (a queue may gather concurrent calls into one round
+// trip): every body is appended once, each call's bodies in order, and the
+// calls of one publisher in the order it made them.
+func (s suite) testConcurrentPublishOrder(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	const publishers, calls = 32, 10
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for c := range calls {
+				// 1 to 3 bodies per call.
+				bodies := make([]string, 1+(p+c)%3)
+				for i := range bodies {
+					bodies[i] = fmt.Sprintf("p%d-c%d-%d", p, c, i)
+				}
+				if !assert.NoError(t, q.Publish(ctx, streamName, bodies...), "publisher %d call %d", p, c) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var want []string
+	for p := range publishers {
+		for c := range calls {
+			for i := range 1 + (p+c)%3 {
+				want = append(want, fmt.Sprintf("p%d-c%d-%d", p, c, i))
+			}
+		}
+	}
+	got := bodiesOf(readAll(t, q, streamName, "g", "c1", len(want)))
+	assert.ElementsMatch(t, want, got, "every body is appended exactly once")
+	// Within one publisher, everything is in publish order.
+	last := make(map[string]int)
+	for i, body := range got {
+		publisher := body[:strings.Index(body, "-")]
+		if prev, ok := last[publisher]; ok {
+			assert.Less(t, slices.Index(want, got[prev]), slices.Index(want, body),
+				"%s was published after %s, so it must come after it", body, got[prev])
+		}
+		last[publisher] = i
+	}
 }
 
 func (s suite) testPing(t *testing.T) {

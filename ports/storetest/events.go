@@ -147,6 +147,83 @@ func testEvents(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.Equal(t, results[0].stored, got[0])
 	})
 
+	t.Run("ConcurrentCreatesAreAllStored", func(t *testing.T) {
+		t.Parallel()
+		// The api role's load: many publishers at once, most without a key.
+		// A store may batch them (PostgreSQL group-commits them), but each
+		// call must still store its own event and report it.
+		f := newFixture(t, newStore)
+		const publishers, each = 64, 8
+		events := make([]domain.Event, publishers*each)
+		for i := range events {
+			events[i] = newEvent(base)
+			if i%16 == 0 {
+				events[i].IdempotencyKey = "concurrent-" + events[i].ID
+			}
+		}
+		var wg sync.WaitGroup
+		for p := range publishers {
+			wg.Go(func() {
+				for _, e := range events[p*each : (p+1)*each] {
+					stored, created, err := f.store.CreateEvent(f.ctx, e, base.Add(-time.Hour))
+					if !assert.NoError(t, err, "event %s", e.ID) {
+						continue
+					}
+					assert.True(t, created, "event %s", e.ID)
+					assert.Equal(t, wantEvent(e), stored, "CreateEvent returns the event as stored")
+				}
+			})
+		}
+		wg.Wait()
+		ids := make([]string, len(events))
+		want := make([]domain.Event, len(events))
+		for i, e := range events {
+			ids[i], want[i] = e.ID, wantEvent(e)
+		}
+		got, err := f.store.GetEvents(f.ctx, ids)
+		require.NoError(t, err)
+		assert.ElementsMatch(t, want, got, "every event is stored once, as given")
+	})
+
+	t.Run("ConflictingCreateAmongConcurrentOnesFailsAlone", func(t *testing.T) {
+		t.Parallel()
+		// However a store batches concurrent creates, one event whose id is
+		// taken must fail on its own: the others are stored.
+		f := newFixture(t, newStore)
+		existing := f.event()
+		const publishers = 64
+		events := make([]domain.Event, publishers)
+		for i := range events {
+			events[i] = newEvent(base)
+		}
+		dup := publishers / 2
+		events[dup].ID = existing.ID
+		events[dup].Type = "order.cancelled"
+		errs := make([]error, publishers)
+		var wg sync.WaitGroup
+		for i, e := range events {
+			wg.Go(func() { _, _, errs[i] = f.store.CreateEvent(f.ctx, e, base.Add(-time.Hour)) })
+		}
+		wg.Wait()
+		var ids []string
+		var want []domain.Event
+		for i, e := range events {
+			if i == dup {
+				assert.ErrorIs(t, errs[i], domain.ErrConflict, "the event with a taken id")
+				continue
+			}
+			assert.NoError(t, errs[i], "event %d, beside the conflicting one", i)
+			ids = append(ids, e.ID)
+			want = append(want, wantEvent(e))
+		}
+		got, err := f.store.GetEvents(f.ctx, ids)
+		require.NoError(t, err)
+		assert.ElementsMatch(t, want, got, "every other event is stored")
+		got1, err := f.store.GetEvent(f.ctx, existing.ID)
+		require.NoError(t, err)
+		assert.Equal(t, existing, got1, "the first event with the id is unchanged")
+	})
+
 	t.Run("GetEventsReturnsThoseThatExist", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)

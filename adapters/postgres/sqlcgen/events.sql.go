@@ -131,6 +131,50 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const insertEvents = `-- name: InsertEvents :execrows
+INSERT INTO events (
+    id, type, source, data, ordering_key, status, created_at
+)
+SELECT
+    unnest($1::text[]),
+    unnest($2::text[]),
+    unnest($3::text[]),
+    unnest($4::bytea[]),
+    unnest($5::text[]),
+    unnest($6::text[]),
+    unnest($7::timestamptz[])
+`
+
+type InsertEventsParams struct {
+	Ids          []string
+	Types        []string
+	Sources      []string
+	Data         [][]byte
+	OrderingKeys []string
+	Statuses     []string
+	CreatedAts   []time.Time
+}
+
+// Stores a batch of events without idempotency keys in one statement, so
+// one round trip and one commit for the whole batch (the group commit of
+// Store.CreateEvent). The arrays are zipped row by row. Like InsertEvent, a
+// duplicate id is a unique violation; it fails the whole statement.
+func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertEvents,
+		arg.Ids,
+		arg.Types,
+		arg.Sources,
+		arg.Data,
+		arg.OrderingKeys,
+		arg.Statuses,
+		arg.CreatedAts,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const releaseIdempotencyKey = `-- name: ReleaseIdempotencyKey :exec
 UPDATE events SET idempotency_key = NULL
 WHERE id = $1 AND idempotency_key = $2::text AND created_at <= $3

@@ -1,0 +1,271 @@
+// Package groupcommit gathers concurrent calls into batches, so that many
+// callers share one round trip and one commit (group commit): the way
+// PostgreSQL's own WAL flush and Redis pipelines amortise a per-request cost
+// that would otherwise cap throughput. Each caller still returns only once
+// the batch holding its item was written, with that item's outcome.
+//
+// There is no background goroutine and so no lifecycle: the first caller to
+// find no write in progress becomes the leader and writes what is pending;
+// callers arriving meanwhile wait, and when the write finishes the leader
+// wakes them and hands leadership to the first caller still pending, which
+// writes the next batch. A leader writes one batch, the one holding its own
+// item, so no caller's latency grows beyond its own batch plus the one in
+// progress when it arrived.
+//
+// Rule of dependency: standard library only. The adapters that batch writes
+// (postgres, redis) import it; it knows nothing about what they write.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultMaxItems is the batch size cap when Limits.MaxItems is 0.
+const DefaultMaxItems = 512
+
+// WriteFunc writes items as one batch and reports each item's outcome in
+// errs (len(errs) == len(items), all nil on entry): an item whose errs entry
+// stays nil was written. ctx ends only when every caller in the batch has
+// given up (see Batcher.Commit). A WriteFunc must not call Commit on the
+// same Batcher.
+type WriteFunc[T any] func(ctx context.Context, items []T, errs []error)
+
+// Limits bounds a batch. A batch always takes at least one item, however
+// heavy: the leader's own.
+type Limits[T any] struct {
+	// MaxItems is the most items in one batch; 0 means DefaultMaxItems.
+	MaxItems int
+	// MaxWeight, when above 0, is the most total Weigh of a batch (bytes,
+	// stream entries, …).
+	MaxWeight int
+	// Weigh returns an item's weight; nil weighs every item 1.
+	Weigh func(T) int
+}
+
+// Batcher gathers concurrent Commit calls into batches written by a
+// WriteFunc, one batch at a time. Safe for concurrent use; the zero value is
+// not usable, use New.
+type Batcher[T any] struct {
+	write  WriteFunc[T]
+	limits Limits[T]
+
+	mu sync.Mutex
+	// pending are the calls not yet taken into a batch, oldest first.
+	// Whenever it is not empty, leading is true: some caller is writing a
+	// batch, or has been promoted to write the next one.
+	pending []*call[T]
+	leading bool
+}
+
+// New returns a Batcher that writes batches with write.
+func New[T any](write WriteFunc[T], limits Limits[T]) *Batcher[T] {
+	if limits.MaxItems <= 0 {
+		limits.MaxItems = DefaultMaxItems
+	}
+	return &Batcher[T]{write: write, limits: limits}
+}
+
+// callState is where a call is; it changes under Batcher.mu only.
+type callState int
+
+const (
+	queued   callState = iota // in pending, waiting for a batch
+	promoted                  // in pending at the head, to lead the next batch
+	taken                     // in a batch being written
+	done                      // its outcome is in err
+)
+
+// call is one Commit waiting for its batch.
+type call[T any] struct {
+	ctx   context.Context
+	item  T
+	state callState
+	// err is the outcome, written before wake is closed.
+	err error
+	// wake is closed when the call is promoted or done.
+	wake chan struct{}
+}
+
+// ErrWritePanicked is the outcome of every item of a batch whose WriteFunc
+// panicked (the panic then goes on in the leader's goroutine).
+var ErrWritePanicked = errors.New("group commit: batch write panicked")
+
+// Commit adds item to the next batch and returns once that batch has been
+// written, with the outcome write reported for item.
+//
+// While it waits for its batch, Commit respects ctx: it returns ctx's error
+// promptly. If item was not yet taken into a batch, it is dropped and never
+// written. If its batch was already being written, the write goes on for the
+// other callers and may still succeed: a caller that gave up cannot tell
+// whether its item was written, as with any write whose answer is lost on
+// the way. The write's own ctx ends only once every caller in the batch has
+// given up. A leader cannot give up halfway: it returns when its batch is
+// written (or the write fails because everyone else gave up too). A caller
+// that gave up must not change what item refers to: its batch may still be
+// reading it.
+func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := &call[T]{ctx: ctx, item: item, wake: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	if !b.leading {
+		b.leading = true
+		c.state = promoted
+		b.mu.Unlock()
+		b.lead(c)
+		return c.err
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-c.wake:
+	case <-ctx.Done():
+		b.mu.Lock()
+		switch c.state {
+		case queued:
+			b.remove(c)
+		case promoted:
+			// Promoted just as ctx ended: pass leadership on rather than
+			// write a batch nobody here waits for.
+			b.remove(c)
+			b.promoteHead()
+		case taken:
+			// Its batch is being written and may still succeed.
+		case done:
+			b.mu.Unlock()
+			return c.err // finished meanwhile: the real outcome beats ctx's
+		}
+		b.mu.Unlock()
+		return ctx.Err()
+	}
+	// The state was set before wake was closed, and only this goroutine
+	// moves a promoted call on.
+	if c.state == promoted {
+		b.lead(c)
+	}
+	return c.err
+}
+
+// Waiting returns how many callers wait for their item to be taken into a
+// batch: the backlog behind the write in progress (a gauge for metrics;
+// tests use it to line callers up).
+func (b *Batcher[T]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
+// lead writes one batch, starting with self (the head of pending), then
+// wakes its callers and hands leadership on.
+func (b *Batcher[T]) lead(self *call[T]) {
+	b.mu.Lock()
+	batch := b.take()
+	b.mu.Unlock()
+
+	finished := false
+	defer func() {
+		if !finished {
+			for _, c := range batch {
+				c.err = ErrWritePanicked
+			}
+		}
+		b.mu.Lock()
+		for _, c := range batch {
+			c.state = done
+			if c != self {
+				close(c.wake)
+			}
+		}
+		b.promoteHead()
+		b.mu.Unlock()
+	}()
+	b.writeBatch(self.ctx, batch)
+	finished = true
+}
+
+// take removes the next batch from the head of pending. b.mu is held.
+func (b *Batcher[T]) take() []*call[T] {
+	n, weight := 0, 0
+	for n < len(b.pending) && n < b.limits.MaxItems {
+		if b.limits.MaxWeight > 0 {
+			weight += b.weigh(b.pending[n].item)
+			if n > 0 && weight > b.limits.MaxWeight {
+				break
+			}
+		}
+		n++
+	}
+	batch := make([]*call[T], n)
+	copy(batch, b.pending[:n])
+	for _, c := range batch {
+		c.state = taken
+	}
+	if n == len(b.pending) {
+		b.pending = nil // start over rather than creep along the array
+	} else {
+		clear(b.pending[:n]) // let finished calls be collected
+		b.pending = b.pending[n:]
+	}
+	return batch
+}
+
+func (b *Batcher[T]) weigh(item T) int {
+	if b.limits.Weigh == nil {
+		return 1
+	}
+	return b.limits.Weigh(item)
+}
+
+// promoteHead makes the oldest pending call the leader of the next batch, or
+// records that nobody leads when nothing is pending. b.mu is held.
+func (b *Batcher[T]) promoteHead() {
+	if len(b.pending) == 0 {
+		b.leading = false
+		return
+	}
+	head := b.pending[0]
+	head.state = promoted
+	close(head.wake)
+}
+
+// remove drops c, which gave up, from pending. b.mu is held.
+func (b *Batcher[T]) remove(c *call[T]) {
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+	}
+}
+
+// writeBatch runs write on batch with a ctx that ends when every caller in
+// the batch has given up, and stores each outcome.
+func (b *Batcher[T]) writeBatch(leaderCtx context.Context, batch []*call[T]) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(leaderCtx))
+	defer cancel()
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	items := make([]T, len(batch))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		items[i] = c.item
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	errs := make([]error, len(batch))
+	b.write(ctx, items, errs)
+	for i, c := range batch {
+		c.err = errs[i]
+	}
+}

@@ -1,0 +1,65 @@
+package redis
+
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
+)
+
+// Limits of one group commit of Publish calls: up to maxPublishCalls calls
+// and maxPublishEntries entries in one pipeline (one call with more entries
+// goes alone). A few hundred XADDs keep a pipeline's reply, and Redis's
+// time on it, short.
+const (
+	maxPublishCalls   = 512
+	maxPublishEntries = 1024
+)
+
+// publisher returns the group commit of Publish calls to the stream at key.
+func (q *Queue) publisher(key string) *groupcommit.Batcher[[]string] {
+	if b, ok := q.publishers.Load(key); ok {
+		return b.(*groupcommit.Batcher[[]string])
+	}
+	b := groupcommit.New(func(ctx context.Context, calls [][]string, errs []error) {
+		q.publishBatch(ctx, key, calls, errs)
+	}, groupcommit.Limits[[]string]{
+		MaxItems:  maxPublishCalls,
+		MaxWeight: maxPublishEntries,
+		Weigh:     func(bodies []string) int { return len(bodies) },
+	})
+	actual, _ := q.publishers.LoadOrStore(key, b)
+	return actual.(*groupcommit.Batcher[[]string])
+}
+
+// publishBatch is the groupcommit.WriteFunc of Publish: the bodies of every
+// call, in call order, as XADDs to key in one pipeline. Each XADD has its
+// own reply, so a call fails only if one of its own entries was not
+// appended; a broken connection fails every call.
+func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]string, errs []error) {
+	if len(calls) == 1 && len(calls[0]) == 1 {
+		errs[0] = interpretError(q.client.XAdd(ctx, q.xaddArgs(key, calls[0][0])).Err())
+		return
+	}
+	cmds := make([][]*goredis.StringCmd, len(calls))
+	// Pipelined's own error is the first command's failure; each command
+	// carries its own, read below.
+	_, _ = q.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, bodies := range calls {
+			cmds[i] = make([]*goredis.StringCmd, len(bodies))
+			for j, body := range bodies {
+				cmds[i][j] = p.XAdd(ctx, q.xaddArgs(key, body))
+			}
+		}
+		return nil
+	})
+	for i, callCmds := range cmds {
+		for _, cmd := range callCmds {
+			if err := cmd.Err(); err != nil {
+				errs[i] = interpretError(err)
+				break
+			}
+		}
+	}
+}
