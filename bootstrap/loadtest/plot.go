@@ -21,8 +21,8 @@ var (
 )
 
 // WritePNG draws the run over time as a PNG: throughput (events accepted
-// and deliveries received per second) above, accepted→received latency
-// (p50 and p99 of each second's deliveries) below.
+// and deliveries received per second) above; below, the p50 and p99 of
+// each second's publish latency (dashed) and accepted→received latency.
 func (r *Report) WritePNG(w io.Writer) error {
 	title := "dispatch-load"
 	if r.Workload != "" {
@@ -36,37 +36,37 @@ func (r *Report) WritePNG(w io.Writer) error {
 	throughput.Y.Tick.Marker = plainTicks{}
 	throughput.Legend.Top = true
 	throughput.Add(plotter.NewGrid())
-	if err := addLine(throughput, "events accepted/s", acceptedColor, r.Timeline, func(s Second) (float64, bool) {
+	if err := addLine(throughput, "events accepted/s", acceptedColor, false, r.Timeline, func(s Second) (float64, bool) {
 		return float64(s.Accepted), true
 	}); err != nil {
 		return err
 	}
 	latency := plot.New()
-	latency.Title.Text = "accepted → received latency"
+	latency.Title.Text = "latency"
 	latency.X.Label.Text = "seconds since start"
 	latency.Y.Label.Text = "ms"
 	latency.Y.Min = 0
 	latency.Y.Tick.Marker = plainTicks{}
 	latency.Legend.Top = true
 	latency.Add(plotter.NewGrid())
+	lines := []series{
+		{"publish p50", p50Color, true, func(s Second) (float64, bool) { return s.PublishP50Ms, s.Accepted > 0 }},
+		{"publish p99", p99Color, true, func(s Second) (float64, bool) { return s.PublishP99Ms, s.Accepted > 0 }},
+	}
 	if r.Deliveries != nil {
-		if err := addLine(throughput, "deliveries received/s", deliveredColor, r.Timeline, func(s Second) (float64, bool) {
+		if err := addLine(throughput, "deliveries received/s", deliveredColor, false, r.Timeline, func(s Second) (float64, bool) {
 			return float64(s.Delivered), true
 		}); err != nil {
 			return err
 		}
-		if err := addLine(latency, "p50", p50Color, r.Timeline, func(s Second) (float64, bool) {
-			return s.P50Ms, s.Delivered > 0
-		}); err != nil {
+		lines = append(lines,
+			series{"accepted→received p50", p50Color, false, func(s Second) (float64, bool) { return s.P50Ms, s.Delivered > 0 }},
+			series{"accepted→received p99", p99Color, false, func(s Second) (float64, bool) { return s.P99Ms, s.Delivered > 0 }})
+	}
+	for _, l := range lines {
+		if err := addLine(latency, l.name, l.color, l.dash, r.Timeline, l.value); err != nil {
 			return err
 		}
-		if err := addLine(latency, "p99", p99Color, r.Timeline, func(s Second) (float64, bool) {
-			return s.P99Ms, s.Delivered > 0
-		}); err != nil {
-			return err
-		}
-	} else {
-		latency.Title.Text = "no subscriptions: no deliveries to time"
 	}
 	// Both panels share the time axis, to the end of the last second.
 	xmax := float64(max(len(r.Timeline), 1))
@@ -85,9 +85,17 @@ func (r *Report) WritePNG(w io.Writer) error {
 	return nil
 }
 
+// series is one line of the latency panel.
+type series struct {
+	name  string
+	color color.Color
+	dash  bool
+	value func(Second) (float64, bool)
+}
+
 // addLine plots value over the seconds where it is defined; a second
 // where it is not breaks the line into separate segments.
-func addLine(p *plot.Plot, name string, c color.Color, seconds []Second, value func(Second) (float64, bool)) error {
+func addLine(p *plot.Plot, name string, c color.Color, dashed bool, seconds []Second, value func(Second) (float64, bool)) error {
 	var segments []plotter.XYs
 	var cur plotter.XYs
 	for _, s := range seconds {
@@ -112,6 +120,9 @@ func addLine(p *plot.Plot, name string, c color.Color, seconds []Second, value f
 		}
 		line.Color, line.Width = c, vg.Points(1.5)
 		points.Color, points.Radius = c, vg.Points(1.5)
+		if dashed {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
 		p.Add(line, points)
 		if i == 0 {
 			p.Legend.Add(name, line)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -336,7 +337,7 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 	r.PublishSeconds = lastAccepted.Sub(started).Seconds()
 	r.Publish = PublishStats{
 		Sent: pubs.sent.Load(), Accepted: pubs.accepted.Load(), Failed: pubs.failed.Load(),
-		Latency: Summarise(pubs.latencies),
+		Latency: Summarise(slices.Clone(pubs.latencies)), // pubs.latencies stays in step with pubs.times
 	}
 	if len(pubs.errors) > 0 {
 		r.Publish.Errors = pubs.errors
@@ -345,7 +346,7 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 		r.Publish.PerSecond = float64(r.Publish.Accepted) / r.PublishSeconds
 	}
 
-	var delivered []Delivered
+	var delivered []Sample
 	if cfg.Subscriptions > 0 {
 		d := &DeliveryStats{
 			Expected:         r.Publish.Accepted * int64(cfg.Subscriptions),
@@ -383,7 +384,7 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 			}
 			d.Delivered++
 			latencies = append(latencies, latency)
-			delivered = append(delivered, Delivered{At: a.at, Latency: latency})
+			delivered = append(delivered, Sample{At: a.at, Latency: latency})
 			if a.at.After(lastDelivered) {
 				lastDelivered = a.at
 			}
@@ -399,7 +400,11 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 		}
 		r.Deliveries = d
 	}
-	r.Timeline = Seconds(started, pubs.times, delivered)
+	published := make([]Sample, len(pubs.times))
+	for i, t := range pubs.times {
+		published[i] = Sample{At: t, Latency: pubs.latencies[i]}
+	}
+	r.Timeline = Seconds(started, published, delivered)
 	r.Publish.SustainedPerSecond = Sustained(r.Timeline, func(s Second) int { return s.Accepted })
 	if r.Deliveries != nil {
 		r.Deliveries.SustainedPerSecond = Sustained(r.Timeline, func(s Second) int { return s.Delivered })

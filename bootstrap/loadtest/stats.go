@@ -45,9 +45,10 @@ func Summarise(values []time.Duration) Latency {
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }
 
-// Delivered is one webhook received: when, and how long after its event's
-// publish was accepted.
-type Delivered struct {
+// Sample is one timed thing that happened at At: a publish answered 202
+// (Latency from sending it), or a webhook received (Latency from its
+// publish's 202).
+type Sample struct {
 	At      time.Time
 	Latency time.Duration
 }
@@ -56,48 +57,54 @@ type Delivered struct {
 type Second struct {
 	// T is the second's start, in seconds since the run started.
 	T int `json:"t"`
-	// Accepted is how many publishes were answered 202 in this second.
-	Accepted int `json:"accepted"`
+	// Accepted is how many publishes were answered 202 in this second;
+	// PublishP50Ms and PublishP99Ms their latencies.
+	Accepted     int     `json:"accepted"`
+	PublishP50Ms float64 `json:"publish_p50_ms"`
+	PublishP99Ms float64 `json:"publish_p99_ms"`
 	// Delivered is how many webhooks the receiver accepted (first arrival
-	// of each event and subscription) in this second.
-	Delivered int `json:"delivered"`
-	// P50Ms and P99Ms are the accepted→received latencies of those
-	// deliveries; 0 when none arrived.
-	P50Ms float64 `json:"p50_ms"`
-	P99Ms float64 `json:"p99_ms"`
+	// of each event and subscription) in this second; P50Ms and P99Ms are
+	// their accepted→received latencies. Latencies are 0 when there is
+	// nothing to time.
+	Delivered int     `json:"delivered"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
 }
 
 // Seconds buckets accepted publishes and deliveries into whole seconds
 // since start, up to the last second holding either; a second with
 // nothing in it is still listed, so a stall shows as a gap in the plot.
 // Times before start fall into second 0.
-func Seconds(start time.Time, accepted []time.Time, delivered []Delivered) []Second {
+func Seconds(start time.Time, accepted, delivered []Sample) []Second {
 	index := func(t time.Time) int { return max(int(t.Sub(start)/time.Second), 0) }
 	n := 0
-	for _, t := range accepted {
-		n = max(n, index(t)+1)
+	for _, a := range accepted {
+		n = max(n, index(a.At)+1)
 	}
 	for _, d := range delivered {
 		n = max(n, index(d.At)+1)
 	}
 	out := make([]Second, n)
-	latencies := make([][]time.Duration, n)
 	for i := range out {
 		out[i].T = i
 	}
-	for _, t := range accepted {
-		out[index(t)].Accepted++
+	bucket := func(samples []Sample, count func(*Second) *int, p50, p99 func(*Second) *float64) {
+		latencies := make([][]time.Duration, n)
+		for _, x := range samples {
+			i := index(x.At)
+			*count(&out[i])++
+			latencies[i] = append(latencies[i], x.Latency)
+		}
+		for i, l := range latencies {
+			slices.Sort(l)
+			*p50(&out[i]) = ms(Percentile(l, 50))
+			*p99(&out[i]) = ms(Percentile(l, 99))
+		}
 	}
-	for _, d := range delivered {
-		i := index(d.At)
-		out[i].Delivered++
-		latencies[i] = append(latencies[i], d.Latency)
-	}
-	for i, l := range latencies {
-		slices.Sort(l)
-		out[i].P50Ms = ms(Percentile(l, 50))
-		out[i].P99Ms = ms(Percentile(l, 99))
-	}
+	bucket(accepted, func(s *Second) *int { return &s.Accepted },
+		func(s *Second) *float64 { return &s.PublishP50Ms }, func(s *Second) *float64 { return &s.PublishP99Ms })
+	bucket(delivered, func(s *Second) *int { return &s.Delivered },
+		func(s *Second) *float64 { return &s.P50Ms }, func(s *Second) *float64 { return &s.P99Ms })
 	return out
 }
 

@@ -62,8 +62,12 @@ func TestSecondsBucketsByWholeSecondSinceStart(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
-	accepted := []time.Time{at(0), at(0.5), at(0.999), at(1), at(3.2), at(-0.1)}
-	delivered := []Delivered{
+	accepted := []Sample{
+		{At: at(0), Latency: 10 * time.Millisecond}, {At: at(0.5), Latency: 30 * time.Millisecond},
+		{At: at(0.999), Latency: 20 * time.Millisecond}, {At: at(-0.1), Latency: 40 * time.Millisecond},
+		{At: at(1), Latency: 5 * time.Millisecond}, {At: at(3.2), Latency: 7 * time.Millisecond},
+	}
+	delivered := []Sample{
 		{At: at(0.2), Latency: 4 * time.Millisecond},
 		{At: at(0.9), Latency: 8 * time.Millisecond},
 		{At: at(1.1), Latency: 2 * time.Millisecond},
@@ -71,10 +75,10 @@ func TestSecondsBucketsByWholeSecondSinceStart(t *testing.T) {
 	}
 	got := Seconds(start, accepted, delivered)
 	want := []Second{
-		{T: 0, Accepted: 4, Delivered: 2, P50Ms: 4, P99Ms: 8},
-		{T: 1, Accepted: 1, Delivered: 1, P50Ms: 2, P99Ms: 2},
-		{T: 2},              // a stall is listed, not skipped
-		{T: 3, Accepted: 1}, // accepted only: no latency
+		{T: 0, Accepted: 4, PublishP50Ms: 20, PublishP99Ms: 40, Delivered: 2, P50Ms: 4, P99Ms: 8},
+		{T: 1, Accepted: 1, PublishP50Ms: 5, PublishP99Ms: 5, Delivered: 1, P50Ms: 2, P99Ms: 2},
+		{T: 2}, // a stall is listed, not skipped
+		{T: 3, Accepted: 1, PublishP50Ms: 7, PublishP99Ms: 7},
 		{T: 4, Delivered: 1, P50Ms: 100, P99Ms: 100},
 	}
 	if len(got) != len(want) {
