@@ -80,6 +80,9 @@ type Config struct {
 	BreakerHalfOpenProbes int
 
 	envErr error
+	// asyncCommits is set by roles that write only state a database crash
+	// may lose (worker, scheduler); see postgres.AsyncCommits.
+	asyncCommits bool
 }
 
 // DefaultConfig returns the defaults, before flags and environment.

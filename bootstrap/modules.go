@@ -64,7 +64,11 @@ var postgresModule = fx.Module("postgres",
 func newPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := postgres.Connect(ctx, cfg.DatabaseURL)
+	var opts []postgres.ConnectOption
+	if cfg.asyncCommits {
+		opts = append(opts, postgres.AsyncCommits())
+	}
+	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
 	}

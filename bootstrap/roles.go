@@ -40,6 +40,9 @@ func Options(role Role, cfg Config) (fx.Option, error) {
 	if (role == RoleAPI || role == RoleAll || role == RoleDev) && len(cfg.APIKeys) == 0 {
 		return nil, fmt.Errorf("role %s serves the API: set at least one key in DISPATCH_API_KEYS or --api-keys", role)
 	}
+	// Worker and scheduler write only state a database crash may lose:
+	// it replays (see postgres.AsyncCommits).
+	cfg.asyncCommits = role == RoleWorker || role == RoleScheduler
 	base := []fx.Option{configModule(cfg), quietFx}
 	durable := []fx.Option{postgresModule, redisModule, coreModule}
 	switch role {
