@@ -98,7 +98,7 @@ func TestCircuitBreakerStopsAndProbes(t *testing.T) {
 
 // TestRateLimitHoldsAcrossWorkerProcesses: 200 events at rate_limit 20 and
 // two worker processes; no 1-second window at the endpoint holds more than
-// 20 plus the burst of 2 (plus one for delivery jitter), and everything
+// 20 plus the burst of 2 (plus two for delivery jitter), and everything
 // arrives.
 func TestRateLimitHoldsAcrossWorkerProcesses(t *testing.T) {
 	t.Parallel()
@@ -131,9 +131,9 @@ func TestRateLimitHoldsAcrossWorkerProcesses(t *testing.T) {
 	t.Logf("busiest 1-second window held %d requests; all %d took %s", worst, len(times), times[len(times)-1].Sub(times[0]))
 	// The limiter admits at most 20 + burst 2 in any second; a request
 	// reaches the endpoint a few milliseconds after it was admitted, and on
-	// a loaded machine that spread can carry one more into a window here.
-	if worst > 20+2+1 {
-		t.Errorf("a 1-second window held %d requests, want at most 20 + burst 2 (+1 for delivery jitter)", worst)
+	// a loaded machine that spread can carry one or two more into a window here.
+	if worst > 20+2+2 {
+		t.Errorf("a 1-second window held %d requests, want at most 20 + burst 2 (+2 for delivery jitter)", worst)
 	}
 }
 
