@@ -2,8 +2,8 @@
 -- Records the fan-out of a batch of events in one statement, so one round
 -- trip and one commit whatever the batch size:
 --
--- 1. claimed: marks the listed events that are not fanned out yet, and
---    completes those in @no_deliveries (nothing to do). Rows are locked in
+-- 1. claimed: marks the listed events that are not fanned out yet (one
+--    with no deliveries is then delivered: nothing to do). Rows are locked in
 --    id order, so concurrent fan-outs of overlapping batches cannot
 --    deadlock; the later one re-checks fanned_out_at on the committed row
 --    and skips the event, which makes fan-out idempotent.
@@ -12,9 +12,7 @@
 --    zipped row by row). New deliveries count as enqueued at creation: the
 --    caller appends them to the queue right after the commit.
 WITH claimed AS (
-    UPDATE events SET
-        fanned_out_at = now(),
-        status = CASE WHEN events.id = ANY(@no_deliveries::text[]) THEN 'delivered' ELSE events.status END
+    UPDATE events SET fanned_out_at = now()
     WHERE events.id IN (
         SELECT e.id FROM events e
         WHERE e.id = ANY(@event_ids::text[]) AND e.fanned_out_at IS NULL
@@ -146,12 +144,8 @@ SELECT
 -- name: RecordAttempt :one
 -- Stores the delivery's new state and its attempt in one statement. The
 -- enqueued mark is cleared so the scheduler's scan picks a retrying delivery
--- up as soon as it is due. With @lock_event (the delivery became terminal)
--- it also locks the event row until the transaction ends, which serialises
--- the status roll-up (RollUpEventStatus) of the event's deliveries: whoever
--- takes the lock second sees the first one's terminal delivery. It returns
--- the stored subscription and ordering key, for NextInLine. Returns no row
--- when the delivery does not exist.
+-- up as soon as it is due. It returns the stored subscription and ordering
+-- key, for NextInLine. Returns no row when the delivery does not exist.
 WITH updated AS (
     UPDATE deliveries SET
         status = @status,
@@ -174,32 +168,10 @@ WITH updated AS (
         @response_body, @error, @duration, @attempt_created_at
     FROM updated
     RETURNING attempts.delivery_id
-), locked AS (
-    SELECT events.id FROM events
-    WHERE @lock_event::boolean AND events.id = (SELECT updated.event_id FROM updated)
-    FOR UPDATE
 )
 SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated
-JOIN inserted ON inserted.delivery_id = updated.id
-LEFT JOIN locked ON locked.id = updated.event_id;
-
--- name: RollUpEventStatus :exec
--- Settles each listed event whose deliveries are all terminal: failed if any
--- is dead, delivered otherwise (also when none is left, after a
--- subscription's deliveries were deleted). Run in the transaction that
--- locked the events (RecordAttempt, ReleaseDelivery, DeleteSubscription),
--- as a statement of its own, so its snapshot includes every delivery that
--- finished before the lock was granted.
-UPDATE events SET status = CASE
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 'dead')
-        THEN 'failed' ELSE 'delivered' END
-WHERE events.id = ANY(@ids::text[])
-  AND events.fanned_out_at IS NOT NULL
-  AND NOT EXISTS (
-    SELECT 1 FROM deliveries d
-    WHERE d.event_id = events.id AND d.status IN ('pending', 'retrying', 'delivering')
-  );
+JOIN inserted ON inserted.delivery_id = updated.id;
 
 -- name: NextInLine :many
 -- Run after an ordered delivery became terminal, in the transaction that
@@ -226,9 +198,8 @@ WHERE NOT EXISTS (
 -- name: ReleaseDelivery :one
 -- A claimed delivery's new state without an attempt (a postponement, or a
 -- settlement that needs no request). Like RecordAttempt, it clears the
--- enqueued mark and, with @lock_event, locks the event row for the roll-up;
--- it returns the stored subscription and ordering key. Returns no row when
--- the delivery does not exist.
+-- enqueued mark and returns the stored subscription and ordering key.
+-- Returns no row when the delivery does not exist.
 WITH updated AS (
     UPDATE deliveries SET
         status = @status,
@@ -239,22 +210,14 @@ WITH updated AS (
         updated_at = @updated_at
     WHERE deliveries.id = @id
     RETURNING deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
-), locked AS (
-    SELECT events.id FROM events
-    WHERE @lock_event::boolean AND events.id = (SELECT updated.event_id FROM updated)
-    FOR UPDATE
 )
 SELECT updated.event_id, updated.subscription_id, updated.ordering_key
-FROM updated
-LEFT JOIN locked ON locked.id = updated.event_id;
+FROM updated;
 
 -- name: RetryDelivery :one
--- Makes a dead or retrying delivery due at @now and its event pending again.
--- The event row is updated even when it is already pending: that lock is
--- what orders this statement against a concurrent roll-up (see
--- RecordAttempt), so a roll-up that did not see the retry cannot leave the
--- event failed after it. Returns no row when the delivery does not exist or
--- is in another state.
+-- Makes a dead or retrying delivery due at @now (its event reads as pending
+-- again). Returns no row when the delivery does not exist or is in another
+-- state.
 WITH retried AS (
     UPDATE deliveries SET
         status = 'retrying',
@@ -264,9 +227,6 @@ WITH retried AS (
         updated_at = @now
     WHERE deliveries.id = @id AND deliveries.status IN ('dead', 'retrying')
     RETURNING deliveries.*
-), reopened AS (
-    UPDATE events SET status = 'pending'
-    WHERE events.id = (SELECT retried.event_id FROM retried)
 )
 SELECT
     retried.id, retried.event_id, retried.subscription_id, retried.status,
@@ -277,8 +237,8 @@ FROM retried;
 
 -- name: RecoverDeliveries :one
 -- RetryDelivery for every dead delivery of a subscription that died at or
--- after @since, in one statement. Deliveries and then events are locked in
--- id order, so concurrent recoveries cannot deadlock; a delivery retried
+-- after @since, in one statement. Deliveries are locked in id order, so
+-- concurrent recoveries cannot deadlock; a delivery retried
 -- meanwhile fails the re-checked status and is skipped.
 -- subscription_found tells an unknown subscription from one with nothing
 -- to recover.
@@ -298,15 +258,7 @@ WITH recovered AS (
         FOR UPDATE
     )
     AND deliveries.status = 'dead'
-    RETURNING deliveries.id, deliveries.event_id
-), reopened AS (
-    UPDATE events SET status = 'pending'
-    WHERE events.id IN (
-        SELECT e.id FROM events e
-        WHERE e.id IN (SELECT recovered.event_id FROM recovered)
-        ORDER BY e.id
-        FOR UPDATE
-    )
+    RETURNING deliveries.id
 )
 SELECT
     EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = @subscription_id) AS subscription_found,

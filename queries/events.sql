@@ -3,9 +3,9 @@
 -- belongs to another event. A NULL key never conflicts. A duplicate id is
 -- still a unique violation.
 INSERT INTO events (
-    id, type, source, data, ordering_key, idempotency_key, status, created_at
+    id, type, source, data, ordering_key, idempotency_key, created_at
 ) VALUES (
-    @id, @type, @source, @data, @ordering_key, sqlc.narg(idempotency_key), @status, @created_at
+    @id, @type, @source, @data, @ordering_key, sqlc.narg(idempotency_key), @created_at
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
@@ -15,7 +15,7 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 -- Store.CreateEvent). The arrays are zipped row by row. Like InsertEvent, a
 -- duplicate id is a unique violation; it fails the whole statement.
 INSERT INTO events (
-    id, type, source, data, ordering_key, status, created_at
+    id, type, source, data, ordering_key, created_at
 )
 SELECT
     unnest(@ids::text[]),
@@ -23,11 +23,20 @@ SELECT
     unnest(@sources::text[]),
     unnest(@data::bytea[]),
     unnest(@ordering_keys::text[]),
-    unnest(@statuses::text[]),
     unnest(@created_ats::timestamptz[]);
 
 -- name: EventByIdempotencyKey :one
-SELECT * FROM events WHERE idempotency_key = @idempotency_key::text;
+-- The event with its status, derived as in GetEvent.
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.idempotency_key = @idempotency_key::text;
 
 -- name: ReleaseIdempotencyKey :exec
 -- Frees an expired key for a new event. The condition is re-checked on the
@@ -36,10 +45,33 @@ UPDATE events SET idempotency_key = NULL
 WHERE id = @id AND idempotency_key = @idempotency_key::text AND created_at <= @kept_since;
 
 -- name: GetEvent :one
-SELECT * FROM events WHERE id = @id;
+-- The event with its status, derived from its deliveries (migration 00004):
+-- pending until fanned out and while a delivery is not terminal, then
+-- failed if one is dead, delivered otherwise (also when it has none).
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.id = @id;
 
 -- name: GetEvents :many
-SELECT * FROM events WHERE id = ANY(@ids::text[]);
+-- Events with their status, derived as in GetEvent (an unfanned one, what
+-- fan-out loads, is pending without a probe).
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.id = ANY(@ids::text[]);
 
 -- name: UnfannedEvents :many
 -- The outbox sweep: unfanned events neither created nor picked by an

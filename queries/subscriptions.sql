@@ -54,17 +54,9 @@ WHERE id = @id;
 -- fail, so the deletion sees every delivery it removes.
 SELECT id FROM subscriptions WHERE id = @id FOR UPDATE;
 
--- name: DeleteSubscription :many
--- Removes the subscription and its deliveries (their attempts cascade), and
--- returns the events that lost a delivery, locked in id order for the
--- status roll-up (RollUpEventStatus) that follows in the same transaction.
+-- name: DeleteSubscription :exec
+-- Removes the subscription and its deliveries (their attempts cascade).
 WITH removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = @id
-    RETURNING deliveries.event_id
-), deleted AS (
-    DELETE FROM subscriptions WHERE subscriptions.id = @id
 )
-SELECT events.id FROM events
-WHERE events.id IN (SELECT removed.event_id FROM removed)
-ORDER BY events.id
-FOR UPDATE;
+DELETE FROM subscriptions WHERE subscriptions.id = @id;

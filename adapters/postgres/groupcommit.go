@@ -34,7 +34,7 @@ func (s *Store) newEventBatcher() *groupcommit.Batcher[sqlcgen.InsertEventParams
 
 // eventRowSize is about what a row adds to the INSERT.
 func eventRowSize(p sqlcgen.InsertEventParams) int {
-	return len(p.ID) + len(p.Type) + len(p.Source) + len(p.Data) + len(p.OrderingKey) + len(p.Status) + 16
+	return len(p.ID) + len(p.Type) + len(p.Source) + len(p.Data) + len(p.OrderingKey) + 16
 }
 
 // insertEvents is the groupcommit.WriteFunc of events: the whole batch in
@@ -60,7 +60,6 @@ func (s *Store) insertEvents(ctx context.Context, rows []sqlcgen.InsertEventPara
 		Sources:      make([]string, len(rows)),
 		Data:         make([][]byte, len(rows)),
 		OrderingKeys: make([]string, len(rows)),
-		Statuses:     make([]string, len(rows)),
 		CreatedAts:   make([]time.Time, len(rows)),
 	}
 	for i, r := range rows {
@@ -69,7 +68,6 @@ func (s *Store) insertEvents(ctx context.Context, rows []sqlcgen.InsertEventPara
 		params.Sources[i] = r.Source
 		params.Data[i] = r.Data
 		params.OrderingKeys[i] = r.OrderingKey
-		params.Statuses[i] = r.Status
 		params.CreatedAts[i] = r.CreatedAt
 	}
 	n, err := s.queries.InsertEvents(ctx, params)

@@ -133,7 +133,9 @@ func normalizeEvent(e domain.Event) domain.Event {
 	return e
 }
 
-func toEvent(row sqlcgen.Event) domain.Event {
+// toEvent converts a read of an event with its derived status (GetEvent,
+// GetEvents and EventByIdempotencyKey return the same columns).
+func toEvent(row sqlcgen.GetEventRow) domain.Event {
 	return domain.Event{
 		ID:             row.ID,
 		Type:           row.Type,
@@ -144,6 +146,21 @@ func toEvent(row sqlcgen.Event) domain.Event {
 		Status:         domain.EventStatus(row.Status),
 		CreatedAt:      row.CreatedAt.UTC(),
 	}
+}
+
+// claimedEvent converts the event row a claim reads. Its status is pending
+// by construction: the delivery just claimed is not terminal.
+func claimedEvent(row sqlcgen.Event) domain.Event {
+	return toEvent(sqlcgen.GetEventRow{
+		ID:             row.ID,
+		Type:           row.Type,
+		Source:         row.Source,
+		Data:           row.Data,
+		OrderingKey:    row.OrderingKey,
+		IdempotencyKey: row.IdempotencyKey,
+		Status:         string(domain.EventPending),
+		CreatedAt:      row.CreatedAt,
+	})
 }
 
 func toDelivery(row sqlcgen.Delivery) domain.Delivery {

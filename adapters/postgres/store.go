@@ -170,22 +170,15 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 
 // DeleteSubscription implements ports.SubscriptionStore in one transaction:
 // it locks the subscription (so a fan-out inserting deliveries to it
-// finishes first, and later ones fail), deletes it with its deliveries
-// (their attempts cascade) while locking the events that lost one, and then
-// rolls those events up, like RecordAttempt, in a statement of its own.
+// finishes first, and later ones fail), then deletes it with its deliveries
+// (their attempts cascade). The events that lost a delivery need nothing:
+// their status is derived from the deliveries left.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
 		if _, err := q.LockSubscription(ctx, id); err != nil {
 			return interpretError(err)
 		}
-		eventIDs, err := q.DeleteSubscription(ctx, id)
-		if err != nil {
-			return interpretError(err)
-		}
-		if len(eventIDs) == 0 {
-			return nil
-		}
-		return interpretError(q.RollUpEventStatus(ctx, eventIDs))
+		return interpretError(q.DeleteSubscription(ctx, id))
 	})
 	if err != nil {
 		return fmt.Errorf("delete subscription %s: %w", id, err)
@@ -226,7 +219,6 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 		Data:           e.Data,
 		OrderingKey:    e.OrderingKey,
 		IdempotencyKey: optionalText(e.IdempotencyKey),
-		Status:         string(e.Status),
 		CreatedAt:      e.CreatedAt,
 	}
 	if e.IdempotencyKey == "" {
@@ -251,7 +243,7 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 			return domain.Event{}, false, fmt.Errorf("create event %s: find idempotency key owner: %w", e.ID, interpretError(err))
 		}
 		if owner.CreatedAt.After(keptSince) {
-			return toEvent(owner), false, nil
+			return toEvent(sqlcgen.GetEventRow(owner)), false, nil
 		}
 		err = s.queries.ReleaseIdempotencyKey(ctx, sqlcgen.ReleaseIdempotencyKeyParams{
 			ID:             owner.ID,
@@ -285,7 +277,7 @@ func (s *Store) GetEvents(ctx context.Context, ids []string) ([]domain.Event, er
 	}
 	events := make([]domain.Event, len(rows))
 	for i, row := range rows {
-		events[i] = toEvent(row)
+		events[i] = toEvent(sqlcgen.GetEventRow(row))
 	}
 	return events, nil
 }
@@ -323,9 +315,6 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 		}
 		listed[f.EventID] = true
 		params.EventIds = append(params.EventIds, f.EventID)
-		if len(f.Deliveries) == 0 {
-			params.NoDeliveries = append(params.NoDeliveries, f.EventID)
-		}
 		for _, d := range f.Deliveries {
 			params.Ids = append(params.Ids, d.ID)
 			// The fan-out's event, not d.EventID: deliveries are inserted
@@ -340,7 +329,6 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 			params.UpdatedAts = append(params.UpdatedAts, d.UpdatedAt)
 		}
 	}
-	params.NoDeliveries = nonNil(params.NoDeliveries)
 	params.Ids = nonNil(params.Ids)
 	params.DeliveryEventIds = nonNil(params.DeliveryEventIds)
 	params.SubscriptionIds = nonNil(params.SubscriptionIds)
@@ -399,15 +387,14 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 			CreatedAt:      row.CreatedAt,
 			UpdatedAt:      row.UpdatedAt,
 		}),
-		Event:        toEvent(row.Event),
+		Event:        claimedEvent(row.Event),
 		Subscription: sub,
 	}, nil
 }
 
 // RecordAttempt implements ports.DeliveryStore. The delivery update and the
-// attempt insert are one statement, which is all a retry needs; a terminal
-// outcome also rolls the event's status up and, for an ordered delivery,
-// finds the next in line (see storeOutcome).
+// attempt insert are one statement; a terminal outcome of an ordered
+// delivery also finds the next in line (see storeOutcome).
 func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
@@ -428,8 +415,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 		Duration:         interval(a.Duration),
 		AttemptCreatedAt: a.CreatedAt,
 	}
-	params.LockEvent = d.Status.Terminal()
-	next, err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (outcomeRow, error) {
+	next, err := s.storeOutcome(ctx, d.Status.Terminal(), func(q *sqlcgen.Queries) (outcomeRow, error) {
 		row, err := q.RecordAttempt(ctx, params)
 		return outcomeRow(row), err
 	})
@@ -448,43 +434,29 @@ type outcomeRow struct {
 	OrderingKey    string
 }
 
-// storeOutcome runs write, one statement that stores a delivery's new state.
-// A non-terminal state needs nothing else. A terminal one also settles the
-// event: write then locks the event row too (its lock_event parameter), and
-// a second statement in the same transaction, with a snapshot taken after
-// the lock, rolls the event up. Of two deliveries that finish at once, the
-// second therefore sees the first, and the event does not stay pending. A
-// terminal ordered delivery lets the next of its key go: a third statement
-// (NextInLine) returns it if it is now first in line. Unordered deliveries,
-// most of them, never run it.
+// storeOutcome runs write, one statement that stores a delivery's new state
+// and commits on its own. A terminal ordered delivery lets the next of its
+// key go: a second statement (NextInLine), run after the first committed,
+// returns it if it is now first in line. Unordered deliveries, most of
+// them, never run it; nor does anything settle the event, whose status is
+// derived from its deliveries when it is read.
 func (s *Store) storeOutcome(ctx context.Context, terminal bool, write func(q *sqlcgen.Queries) (outcomeRow, error)) (next []string, err error) {
-	if !terminal {
-		_, err := write(s.queries)
+	row, err := write(s.queries)
+	if err != nil || !terminal || row.OrderingKey == "" {
 		return nil, err
 	}
-	err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
-		row, err := write(q)
-		if err != nil {
-			return err
-		}
-		if err := q.RollUpEventStatus(ctx, []string{row.EventID}); err != nil {
-			return err
-		}
-		if row.OrderingKey == "" {
-			return nil
-		}
-		next, err = q.NextInLine(ctx, sqlcgen.NextInLineParams{SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey})
-		return err
-	})
+	next, err = s.queries.NextInLine(ctx, sqlcgen.NextInLineParams{SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey})
 	if err != nil || len(next) == 0 {
-		return nil, err
+		// The outcome is stored. A lost lookup costs the next in line only
+		// latency: its enqueued mark was cleared when it was held, so the
+		// scheduler's next scan enqueues it.
+		return nil, nil
 	}
 	return next, nil
 }
 
-// ReleaseDelivery implements ports.DeliveryStore: a postponement is one
-// statement; a settlement also rolls the event up and finds the next in
-// line, as RecordAttempt does.
+// ReleaseDelivery implements ports.DeliveryStore: one statement, and for a
+// settlement of an ordered delivery the next in line, as in RecordAttempt.
 func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]string, error) {
 	params := sqlcgen.ReleaseDeliveryParams{
 		ID:            d.ID,
@@ -493,9 +465,8 @@ func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]strin
 		Reason:        d.Reason,
 		LastError:     validText(d.LastError),
 		UpdatedAt:     d.UpdatedAt,
-		LockEvent:     d.Status.Terminal(),
 	}
-	next, err := s.storeOutcome(ctx, params.LockEvent, func(q *sqlcgen.Queries) (outcomeRow, error) {
+	next, err := s.storeOutcome(ctx, d.Status.Terminal(), func(q *sqlcgen.Queries) (outcomeRow, error) {
 		row, err := q.ReleaseDelivery(ctx, params)
 		return outcomeRow(row), err
 	})
@@ -505,8 +476,8 @@ func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]strin
 	return next, nil
 }
 
-// RetryDelivery implements ports.DeliveryStore with one statement that
-// updates the delivery and reopens its event; only when nothing was updated
+// RetryDelivery implements ports.DeliveryStore with one statement (its
+// event reads as pending again at once); only when nothing was updated
 // does a second query tell "does not exist" from "not retryable".
 func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error) {
 	row, err := s.queries.RetryDelivery(ctx, sqlcgen.RetryDeliveryParams{ID: id, Now: now})

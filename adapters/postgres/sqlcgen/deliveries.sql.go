@@ -45,7 +45,7 @@ SELECT
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
     claimed.created_at, claimed.updated_at,
-    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.status, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
+    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
 FROM claimed
 JOIN events ON events.id = claimed.event_id
 JOIN subscriptions ON subscriptions.id = claimed.subscription_id
@@ -115,7 +115,6 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.Event.Data,
 		&i.Event.OrderingKey,
 		&i.Event.IdempotencyKey,
-		&i.Event.Status,
 		&i.Event.FannedOutAt,
 		&i.Event.CreatedAt,
 		&i.Event.EnqueuedAt,
@@ -324,12 +323,10 @@ func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delive
 
 const fanOut = `-- name: FanOut :many
 WITH claimed AS (
-    UPDATE events SET
-        fanned_out_at = now(),
-        status = CASE WHEN events.id = ANY($1::text[]) THEN 'delivered' ELSE events.status END
+    UPDATE events SET fanned_out_at = now()
     WHERE events.id IN (
         SELECT e.id FROM events e
-        WHERE e.id = ANY($2::text[]) AND e.fanned_out_at IS NULL
+        WHERE e.id = ANY($1::text[]) AND e.fanned_out_at IS NULL
         ORDER BY e.id
         FOR UPDATE
     )
@@ -345,15 +342,15 @@ WITH claimed AS (
         u.ordering_key, u.created_at, u.updated_at, u.created_at
     FROM (
         SELECT
-            unnest($3::text[]) AS id,
-            unnest($4::text[]) AS event_id,
-            unnest($5::text[]) AS subscription_id,
-            unnest($6::text[]) AS status,
-            unnest($7::integer[]) AS attempts,
-            unnest($8::timestamptz[]) AS next_attempt_at,
-            unnest($9::text[]) AS ordering_key,
-            unnest($10::timestamptz[]) AS created_at,
-            unnest($11::timestamptz[]) AS updated_at
+            unnest($2::text[]) AS id,
+            unnest($3::text[]) AS event_id,
+            unnest($4::text[]) AS subscription_id,
+            unnest($5::text[]) AS status,
+            unnest($6::integer[]) AS attempts,
+            unnest($7::timestamptz[]) AS next_attempt_at,
+            unnest($8::text[]) AS ordering_key,
+            unnest($9::timestamptz[]) AS created_at,
+            unnest($10::timestamptz[]) AS updated_at
     ) AS u
     WHERE u.event_id IN (SELECT claimed.id FROM claimed)
     RETURNING deliveries.id
@@ -362,7 +359,6 @@ SELECT inserted.id FROM inserted
 `
 
 type FanOutParams struct {
-	NoDeliveries     []string
 	EventIds         []string
 	Ids              []string
 	DeliveryEventIds []string
@@ -378,8 +374,8 @@ type FanOutParams struct {
 // Records the fan-out of a batch of events in one statement, so one round
 // trip and one commit whatever the batch size:
 //
-//  1. claimed: marks the listed events that are not fanned out yet, and
-//     completes those in @no_deliveries (nothing to do). Rows are locked in
+//  1. claimed: marks the listed events that are not fanned out yet (one
+//     with no deliveries is then delivered: nothing to do). Rows are locked in
 //     id order, so concurrent fan-outs of overlapping batches cannot
 //     deadlock; the later one re-checks fanned_out_at on the committed row
 //     and skips the event, which makes fan-out idempotent.
@@ -389,7 +385,6 @@ type FanOutParams struct {
 //     caller appends them to the queue right after the commit.
 func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, fanOut,
-		arg.NoDeliveries,
 		arg.EventIds,
 		arg.Ids,
 		arg.DeliveryEventIds,
@@ -631,15 +626,10 @@ WITH updated AS (
         $11, $12, $13, $14
     FROM updated
     RETURNING attempts.delivery_id
-), locked AS (
-    SELECT events.id FROM events
-    WHERE $15::boolean AND events.id = (SELECT updated.event_id FROM updated)
-    FOR UPDATE
 )
 SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated
 JOIN inserted ON inserted.delivery_id = updated.id
-LEFT JOIN locked ON locked.id = updated.event_id
 `
 
 type RecordAttemptParams struct {
@@ -657,7 +647,6 @@ type RecordAttemptParams struct {
 	Error            string
 	Duration         pgtype.Interval
 	AttemptCreatedAt time.Time
-	LockEvent        bool
 }
 
 type RecordAttemptRow struct {
@@ -668,12 +657,8 @@ type RecordAttemptRow struct {
 
 // Stores the delivery's new state and its attempt in one statement. The
 // enqueued mark is cleared so the scheduler's scan picks a retrying delivery
-// up as soon as it is due. With @lock_event (the delivery became terminal)
-// it also locks the event row until the transaction ends, which serialises
-// the status roll-up (RollUpEventStatus) of the event's deliveries: whoever
-// takes the lock second sees the first one's terminal delivery. It returns
-// the stored subscription and ordering key, for NextInLine. Returns no row
-// when the delivery does not exist.
+// up as soon as it is due. It returns the stored subscription and ordering
+// key, for NextInLine. Returns no row when the delivery does not exist.
 func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (RecordAttemptRow, error) {
 	row := q.db.QueryRow(ctx, recordAttempt,
 		arg.Status,
@@ -690,7 +675,6 @@ func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (R
 		arg.Error,
 		arg.Duration,
 		arg.AttemptCreatedAt,
-		arg.LockEvent,
 	)
 	var i RecordAttemptRow
 	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
@@ -714,15 +698,7 @@ WITH recovered AS (
         FOR UPDATE
     )
     AND deliveries.status = 'dead'
-    RETURNING deliveries.id, deliveries.event_id
-), reopened AS (
-    UPDATE events SET status = 'pending'
-    WHERE events.id IN (
-        SELECT e.id FROM events e
-        WHERE e.id IN (SELECT recovered.event_id FROM recovered)
-        ORDER BY e.id
-        FOR UPDATE
-    )
+    RETURNING deliveries.id
 )
 SELECT
     EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = $1) AS subscription_found,
@@ -741,8 +717,8 @@ type RecoverDeliveriesRow struct {
 }
 
 // RetryDelivery for every dead delivery of a subscription that died at or
-// after @since, in one statement. Deliveries and then events are locked in
-// id order, so concurrent recoveries cannot deadlock; a delivery retried
+// after @since, in one statement. Deliveries are locked in id order, so
+// concurrent recoveries cannot deadlock; a delivery retried
 // meanwhile fails the re-checked status and is skipped.
 // subscription_found tells an unknown subscription from one with nothing
 // to recover.
@@ -764,14 +740,9 @@ WITH updated AS (
         updated_at = $5
     WHERE deliveries.id = $6
     RETURNING deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
-), locked AS (
-    SELECT events.id FROM events
-    WHERE $7::boolean AND events.id = (SELECT updated.event_id FROM updated)
-    FOR UPDATE
 )
 SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated
-LEFT JOIN locked ON locked.id = updated.event_id
 `
 
 type ReleaseDeliveryParams struct {
@@ -781,7 +752,6 @@ type ReleaseDeliveryParams struct {
 	LastError     string
 	UpdatedAt     time.Time
 	ID            string
-	LockEvent     bool
 }
 
 type ReleaseDeliveryRow struct {
@@ -792,9 +762,8 @@ type ReleaseDeliveryRow struct {
 
 // A claimed delivery's new state without an attempt (a postponement, or a
 // settlement that needs no request). Like RecordAttempt, it clears the
-// enqueued mark and, with @lock_event, locks the event row for the roll-up;
-// it returns the stored subscription and ordering key. Returns no row when
-// the delivery does not exist.
+// enqueued mark and returns the stored subscription and ordering key.
+// Returns no row when the delivery does not exist.
 func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams) (ReleaseDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, releaseDelivery,
 		arg.Status,
@@ -803,7 +772,6 @@ func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams
 		arg.LastError,
 		arg.UpdatedAt,
 		arg.ID,
-		arg.LockEvent,
 	)
 	var i ReleaseDeliveryRow
 	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
@@ -820,9 +788,6 @@ WITH retried AS (
         updated_at = $1
     WHERE deliveries.id = $2 AND deliveries.status IN ('dead', 'retrying')
     RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
-), reopened AS (
-    UPDATE events SET status = 'pending'
-    WHERE events.id = (SELECT retried.event_id FROM retried)
 )
 SELECT
     retried.id, retried.event_id, retried.subscription_id, retried.status,
@@ -852,12 +817,9 @@ type RetryDeliveryRow struct {
 	UpdatedAt      time.Time
 }
 
-// Makes a dead or retrying delivery due at @now and its event pending again.
-// The event row is updated even when it is already pending: that lock is
-// what orders this statement against a concurrent roll-up (see
-// RecordAttempt), so a roll-up that did not see the retry cannot leave the
-// event failed after it. Returns no row when the delivery does not exist or
-// is in another state.
+// Makes a dead or retrying delivery due at @now (its event reads as pending
+// again). Returns no row when the delivery does not exist or is in another
+// state.
 func (q *Queries) RetryDelivery(ctx context.Context, arg RetryDeliveryParams) (RetryDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, retryDelivery, arg.Now, arg.ID)
 	var i RetryDeliveryRow
@@ -876,27 +838,4 @@ func (q *Queries) RetryDelivery(ctx context.Context, arg RetryDeliveryParams) (R
 		&i.UpdatedAt,
 	)
 	return i, err
-}
-
-const rollUpEventStatus = `-- name: RollUpEventStatus :exec
-UPDATE events SET status = CASE
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 'dead')
-        THEN 'failed' ELSE 'delivered' END
-WHERE events.id = ANY($1::text[])
-  AND events.fanned_out_at IS NOT NULL
-  AND NOT EXISTS (
-    SELECT 1 FROM deliveries d
-    WHERE d.event_id = events.id AND d.status IN ('pending', 'retrying', 'delivering')
-  )
-`
-
-// Settles each listed event whose deliveries are all terminal: failed if any
-// is dead, delivered otherwise (also when none is left, after a
-// subscription's deliveries were deleted). Run in the transaction that
-// locked the events (RecordAttempt, ReleaseDelivery, DeleteSubscription),
-// as a statement of its own, so its snapshot includes every delivery that
-// finished before the lock was granted.
-func (q *Queries) RollUpEventStatus(ctx context.Context, ids []string) error {
-	_, err := q.db.Exec(ctx, rollUpEventStatus, ids)
-	return err
 }

@@ -13,12 +13,33 @@ import (
 )
 
 const eventByIdempotencyKey = `-- name: EventByIdempotencyKey :one
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE idempotency_key = $1::text
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.idempotency_key = $1::text
 `
 
-func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (Event, error) {
+type EventByIdempotencyKeyRow struct {
+	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
+	IdempotencyKey pgtype.Text
+	CreatedAt      time.Time
+	Status         string
+}
+
+// The event with its status, derived as in GetEvent.
+func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (EventByIdempotencyKeyRow, error) {
 	row := q.db.QueryRow(ctx, eventByIdempotencyKey, idempotencyKey)
-	var i Event
+	var i EventByIdempotencyKeyRow
 	err := row.Scan(
 		&i.ID,
 		&i.Type,
@@ -26,21 +47,42 @@ func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey stri
 		&i.Data,
 		&i.OrderingKey,
 		&i.IdempotencyKey,
-		&i.Status,
-		&i.FannedOutAt,
 		&i.CreatedAt,
-		&i.EnqueuedAt,
+		&i.Status,
 	)
 	return i, err
 }
 
 const getEvent = `-- name: GetEvent :one
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE id = $1
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.id = $1
 `
 
-func (q *Queries) GetEvent(ctx context.Context, id string) (Event, error) {
+type GetEventRow struct {
+	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
+	IdempotencyKey pgtype.Text
+	CreatedAt      time.Time
+	Status         string
+}
+
+// The event with its status, derived from its deliveries (migration 00004):
+// pending until fanned out and while a delivery is not terminal, then
+// failed if one is dead, delivered otherwise (also when it has none).
+func (q *Queries) GetEvent(ctx context.Context, id string) (GetEventRow, error) {
 	row := q.db.QueryRow(ctx, getEvent, id)
-	var i Event
+	var i GetEventRow
 	err := row.Scan(
 		&i.ID,
 		&i.Type,
@@ -48,27 +90,47 @@ func (q *Queries) GetEvent(ctx context.Context, id string) (Event, error) {
 		&i.Data,
 		&i.OrderingKey,
 		&i.IdempotencyKey,
-		&i.Status,
-		&i.FannedOutAt,
 		&i.CreatedAt,
-		&i.EnqueuedAt,
+		&i.Status,
 	)
 	return i, err
 }
 
 const getEvents = `-- name: GetEvents :many
-SELECT id, type, source, data, ordering_key, idempotency_key, status, fanned_out_at, created_at, enqueued_at FROM events WHERE id = ANY($1::text[])
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
+    CASE
+        WHEN e.fanned_out_at IS NULL THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
+        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                     AND d.status = 'dead') THEN 'failed'
+        ELSE 'delivered'
+    END::text AS status
+FROM events e WHERE e.id = ANY($1::text[])
 `
 
-func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]Event, error) {
+type GetEventsRow struct {
+	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
+	IdempotencyKey pgtype.Text
+	CreatedAt      time.Time
+	Status         string
+}
+
+// Events with their status, derived as in GetEvent (an unfanned one, what
+// fan-out loads, is pending without a probe).
+func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]GetEventsRow, error) {
 	rows, err := q.db.Query(ctx, getEvents, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Event{}
+	items := []GetEventsRow{}
 	for rows.Next() {
-		var i Event
+		var i GetEventsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Type,
@@ -76,10 +138,8 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]Event, error) 
 			&i.Data,
 			&i.OrderingKey,
 			&i.IdempotencyKey,
-			&i.Status,
-			&i.FannedOutAt,
 			&i.CreatedAt,
-			&i.EnqueuedAt,
+			&i.Status,
 		); err != nil {
 			return nil, err
 		}
@@ -93,9 +153,9 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]Event, error) 
 
 const insertEvent = `-- name: InsertEvent :execrows
 INSERT INTO events (
-    id, type, source, data, ordering_key, idempotency_key, status, created_at
+    id, type, source, data, ordering_key, idempotency_key, created_at
 ) VALUES (
-    $1, $2, $3, $4, $5, $6, $7, $8
+    $1, $2, $3, $4, $5, $6, $7
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 `
@@ -107,7 +167,6 @@ type InsertEventParams struct {
 	Data           []byte
 	OrderingKey    string
 	IdempotencyKey pgtype.Text
-	Status         string
 	CreatedAt      time.Time
 }
 
@@ -122,7 +181,6 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 		arg.Data,
 		arg.OrderingKey,
 		arg.IdempotencyKey,
-		arg.Status,
 		arg.CreatedAt,
 	)
 	if err != nil {
@@ -133,7 +191,7 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 
 const insertEvents = `-- name: InsertEvents :execrows
 INSERT INTO events (
-    id, type, source, data, ordering_key, status, created_at
+    id, type, source, data, ordering_key, created_at
 )
 SELECT
     unnest($1::text[]),
@@ -141,8 +199,7 @@ SELECT
     unnest($3::text[]),
     unnest($4::bytea[]),
     unnest($5::text[]),
-    unnest($6::text[]),
-    unnest($7::timestamptz[])
+    unnest($6::timestamptz[])
 `
 
 type InsertEventsParams struct {
@@ -151,7 +208,6 @@ type InsertEventsParams struct {
 	Sources      []string
 	Data         [][]byte
 	OrderingKeys []string
-	Statuses     []string
 	CreatedAts   []time.Time
 }
 
@@ -166,7 +222,6 @@ func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) (int
 		arg.Sources,
 		arg.Data,
 		arg.OrderingKeys,
-		arg.Statuses,
 		arg.CreatedAts,
 	)
 	if err != nil {

@@ -44,7 +44,6 @@ type Event struct {
 	Data           []byte
 	OrderingKey    string
 	IdempotencyKey pgtype.Text
-	Status         string
 	FannedOutAt    pgtype.Timestamptz
 	CreatedAt      time.Time
 	EnqueuedAt     pgtype.Timestamptz

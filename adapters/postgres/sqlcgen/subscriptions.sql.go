@@ -111,40 +111,17 @@ func (q *Queries) CreateSubscription(ctx context.Context, arg CreateSubscription
 	return err
 }
 
-const deleteSubscription = `-- name: DeleteSubscription :many
+const deleteSubscription = `-- name: DeleteSubscription :exec
 WITH removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = $1
-    RETURNING deliveries.event_id
-), deleted AS (
-    DELETE FROM subscriptions WHERE subscriptions.id = $1
 )
-SELECT events.id FROM events
-WHERE events.id IN (SELECT removed.event_id FROM removed)
-ORDER BY events.id
-FOR UPDATE
+DELETE FROM subscriptions WHERE subscriptions.id = $1
 `
 
-// Removes the subscription and its deliveries (their attempts cascade), and
-// returns the events that lost a delivery, locked in id order for the
-// status roll-up (RollUpEventStatus) that follows in the same transaction.
-func (q *Queries) DeleteSubscription(ctx context.Context, id string) ([]string, error) {
-	rows, err := q.db.Query(ctx, deleteSubscription, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []string{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// Removes the subscription and its deliveries (their attempts cascade).
+func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, deleteSubscription, id)
+	return err
 }
 
 const getSubscription = `-- name: GetSubscription :one
