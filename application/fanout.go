@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
@@ -38,13 +39,8 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
 	for _, ev := range events {
-		f := ports.FanOut{EventID: ev.ID}
-		for _, sub := range subs {
-			if sub.Matches(ev.Type) {
-				f.Deliveries = append(f.Deliveries, domain.NewDelivery(ev, sub, now))
-			}
-		}
-		fanouts = append(fanouts, f)
+		deliveries, _ := deliveriesOf(ev, subs, now, 0)
+		fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
 	}
 	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)
 	if err != nil {
@@ -57,4 +53,20 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
 	}
 	return nil
+}
+
+// deliveriesOf makes e's deliveries, due at now: one per subscription in
+// active that matches its type. With limit > 0 it gives up (ok false) as
+// soon as there would be more than limit.
+func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int) (deliveries []domain.Delivery, ok bool) {
+	for _, sub := range active {
+		if !sub.Matches(e.Type) {
+			continue
+		}
+		if limit > 0 && len(deliveries) == limit {
+			return nil, false
+		}
+		deliveries = append(deliveries, domain.NewDelivery(e, sub, now))
+	}
+	return deliveries, true
 }

@@ -1,6 +1,7 @@
 package application
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -13,6 +14,10 @@ import (
 // the event it first created.
 const DefaultIdempotencyWindow = 24 * time.Hour
 
+// DefaultMaxInlineDeliveries is how many deliveries an event may have to be
+// fanned out inline, in the ingest transaction.
+const DefaultMaxInlineDeliveries = 16
+
 // Ingest accepts events from producers.
 type Ingest struct {
 	Events ports.EventStore
@@ -20,6 +25,12 @@ type Ingest struct {
 	Clock  ports.Clock
 	// IdempotencyWindow is how long a key is remembered.
 	IdempotencyWindow time.Duration
+	// MaxInlineDeliveries is the most deliveries an event without an
+	// idempotency key may have for ingest to fan it out in its own
+	// transaction (SPEC §2) and append the deliveries rather than the
+	// event; one with more goes through the fan-out stage, so a publish
+	// stays fast. 0 means DefaultMaxInlineDeliveries, negative never.
+	MaxInlineDeliveries int
 }
 
 // Published is the outcome of Publish.
@@ -33,13 +44,17 @@ type Published struct {
 	EnqueueErr error
 }
 
-// Publish validates the event, commits it, then appends it to the event
+// Publish validates the event and commits it, then appends it to the event
+// stream, or, when it was fanned out inline, its deliveries to the delivery
 // stream. When Publish returns without error the event is durable.
 func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Published, error) {
 	now := uc.Clock.Now()
 	event, err := domain.NewEvent(in, now)
 	if err != nil {
 		return Published{}, err
+	}
+	if limit := cmp.Or(uc.MaxInlineDeliveries, DefaultMaxInlineDeliveries); event.IdempotencyKey == "" && limit > 0 {
+		return uc.publishFannedOut(ctx, event, limit)
 	}
 	window := uc.IdempotencyWindow
 	if window == 0 {
@@ -55,6 +70,34 @@ func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Publish
 	out := Published{Event: stored}
 	if err := uc.Queue.Publish(ctx, ports.EventStream, stored.ID); err != nil {
 		out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", stored.ID, err)
+	}
+	return out, nil
+}
+
+// publishFannedOut commits event together with its deliveries when it has
+// at most limit, and appends what is left to do: the deliveries, or the
+// event for the fan-out stage. A lost append is made up by the scheduler
+// (the due scan, or the outbox sweep).
+func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limit int) (Published, error) {
+	inline := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+		return deliveriesOf(e, active, e.CreatedAt, limit)
+	}
+	deliveries, fannedOut, err := uc.Events.CreateEventFannedOut(ctx, event, inline)
+	if err != nil {
+		return Published{}, fmt.Errorf("store event: %w", err)
+	}
+	out := Published{Event: event}
+	switch {
+	case fannedOut && len(deliveries) == 0:
+		out.Event.Status = domain.EventDelivered // nothing to do
+	case !fannedOut:
+		if err := uc.Queue.Publish(ctx, ports.EventStream, event.ID); err != nil {
+			out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", event.ID, err)
+		}
+	case len(deliveries) > 0:
+		if err := uc.Queue.Publish(ctx, ports.DeliveryStream, deliveries...); err != nil {
+			out.EnqueueErr = fmt.Errorf("append %d deliveries of event %s to stream: %w", len(deliveries), event.ID, err)
+		}
 	}
 	return out, nil
 }

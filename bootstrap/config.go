@@ -62,6 +62,9 @@ type Config struct {
 	// WorkerConcurrency is how many deliveries one worker process attempts at
 	// once.
 	WorkerConcurrency int
+	// InlineFanOutMax is the most deliveries an event may have to be fanned
+	// out in its ingest transaction; 0 turns inline fan-out off.
+	InlineFanOutMax int
 	// MaxEventBytes bounds a publish request body.
 	MaxEventBytes int64
 	// IdempotencyWindow is how long an idempotency key is remembered.
@@ -96,6 +99,7 @@ func DefaultConfig() Config {
 		SchedulerBatchSize:      application.DefaultSchedulerBatchSize,
 		VisibilityTimeout:       application.DefaultVisibilityTimeout,
 		WorkerConcurrency:       DefaultConcurrency,
+		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		MaxEventBytes:           DefaultMaxEventBytes,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
 		SecretRotationOverlap:   domain.DefaultRotationOverlap,
@@ -148,6 +152,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once")
+	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
 	parse((*durationValue)(&c.SecretRotationOverlap), "secret-rotation-overlap", "how long a rotated-out signing secret keeps signing")
@@ -173,6 +178,7 @@ func (c *Config) Validate() error {
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
+	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
 	check(c.SecretRotationOverlap >= 0 && c.SecretRotationOverlap <= 30*24*time.Hour,
 		"secret-rotation-overlap must be 0..720h, got %s", c.SecretRotationOverlap)

@@ -135,7 +135,11 @@ var coreModule = fx.Module("core",
 		func() ports.Clock { return ports.SystemClock{} },
 		newSender,
 		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config) *application.Ingest {
-			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow}
+			inline := cfg.InlineFanOutMax
+			if inline == 0 {
+				inline = -1 // off
+			}
+			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow, MaxInlineDeliveries: inline}
 		},
 		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.FanOut {
 			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock}

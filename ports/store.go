@@ -49,6 +49,18 @@ type EventStore interface {
 	// with one key store exactly one event. When CreateEvent returns, the
 	// event is durable.
 	CreateEvent(ctx context.Context, e domain.Event, keptSince time.Time) (stored domain.Event, created bool, err error)
+	// CreateEventFannedOut stores e, which has no idempotency key, like
+	// CreateEvent, and fans it out in the same transaction (SPEC §2: inline
+	// fan-out, for events with few matching subscriptions): it calls inline
+	// with e and the subscriptions active at that moment, in id order. When
+	// inline returns ok, e is stored fanned out together with the
+	// deliveries it returned (which count as enqueued at their CreatedAt,
+	// as with CreateDeliveries), and their ids are returned with fannedOut
+	// true. Otherwise e is stored as CreateEvent stores it, for the fan-out
+	// stage. inline may be called more than once (a retried write); it must
+	// be a pure function of its arguments. Returns domain.ErrConflict when
+	// the id exists.
+	CreateEventFannedOut(ctx context.Context, e domain.Event, inline InlineFanOut) (deliveries []string, fannedOut bool, err error)
 	// GetEvent returns domain.ErrNotFound when id does not exist.
 	GetEvent(ctx context.Context, id string) (domain.Event, error)
 	// GetEvents returns the events with the given ids that exist, in any
@@ -160,6 +172,12 @@ type DeliveryFilter struct {
 	EventID        string
 	Status         domain.DeliveryStatus
 }
+
+// InlineFanOut decides the deliveries of a new event from the active
+// subscriptions, inside CreateEventFannedOut. ok false leaves the event to
+// the fan-out stage (it matches too many subscriptions to be fanned out
+// while the producer waits).
+type InlineFanOut func(e domain.Event, active []domain.Subscription) (deliveries []domain.Delivery, ok bool)
 
 // FanOut is one event with the deliveries fan-out made for it.
 type FanOut struct {

@@ -95,3 +95,53 @@ WITH picked AS (
     RETURNING events.id, events.created_at
 )
 SELECT marked.id FROM marked ORDER BY marked.created_at, marked.id;
+
+-- name: SubscriptionVersion :one
+-- The change counter of subscriptions (migration 00005).
+SELECT version FROM subscription_version;
+
+-- name: InsertEventsFannedOut :execrows
+-- The group commit of events with inline fan-out: stores a batch of events
+-- without idempotency keys, those flagged in @fanned already fanned out,
+-- and the deliveries of those in one statement, so one round trip and one
+-- commit for the whole batch. The arrays are zipped row by row, the
+-- deliveries' separately from the events'. New deliveries count as
+-- enqueued at creation: the caller appends them to the queue right after
+-- the commit. A duplicate id, or a delivery to a subscription deleted
+-- meanwhile, fails the whole statement.
+WITH inserted AS (
+    INSERT INTO events (
+        id, type, source, data, ordering_key, fanned_out_at, created_at
+    )
+    SELECT
+        u.id, u.type, u.source, u.data, u.ordering_key,
+        CASE WHEN u.fanned THEN u.created_at END, u.created_at
+    FROM (
+        SELECT
+            unnest(@ids::text[]) AS id,
+            unnest(@types::text[]) AS type,
+            unnest(@sources::text[]) AS source,
+            unnest(@data::bytea[]) AS data,
+            unnest(@ordering_keys::text[]) AS ordering_key,
+            unnest(@fanned::boolean[]) AS fanned,
+            unnest(@created_ats::timestamptz[]) AS created_at
+    ) AS u
+    RETURNING events.id
+), fanned AS (
+    INSERT INTO deliveries (
+        id, event_id, subscription_id, status, attempts, next_attempt_at,
+        ordering_key, created_at, updated_at, enqueued_at
+    )
+    SELECT
+        d.id, d.event_id, d.subscription_id, 'pending', 0, d.created_at,
+        d.ordering_key, d.created_at, d.created_at, d.created_at
+    FROM (
+        SELECT
+            unnest(@delivery_ids::text[]) AS id,
+            unnest(@delivery_event_ids::text[]) AS event_id,
+            unnest(@subscription_ids::text[]) AS subscription_id,
+            unnest(@delivery_ordering_keys::text[]) AS ordering_key,
+            unnest(@delivery_created_ats::timestamptz[]) AS created_at
+    ) AS d
+)
+SELECT inserted.id FROM inserted;

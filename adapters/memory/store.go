@@ -107,13 +107,19 @@ func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Sub
 func (s *Store) ActiveSubscriptions(context.Context) ([]domain.Subscription, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.active(), nil
+}
+
+// active returns copies of the active subscriptions in id order; s.mu is
+// held.
+func (s *Store) active() []domain.Subscription {
 	var out []domain.Subscription
 	for _, id := range slices.Sorted(maps.Keys(s.subscriptions)) {
 		if sub := s.subscriptions[id]; sub.Active {
 			out = append(out, copySubscription(sub))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // UpdateSubscription implements ports.SubscriptionStore. update runs under
@@ -190,6 +196,32 @@ func (s *Store) CreateEvent(_ context.Context, e domain.Event, keptSince time.Ti
 	return copyEvent(e), true, nil
 }
 
+// CreateEventFannedOut implements ports.EventStore.
+func (s *Store) CreateEventFannedOut(_ context.Context, e domain.Event, inline ports.InlineFanOut) ([]string, bool, error) {
+	if e.IdempotencyKey != "" {
+		return nil, false, fmt.Errorf("create event %s: an event with an idempotency key is not fanned out inline", e.ID)
+	}
+	e = copyEvent(e)
+	e.CreatedAt = normalizeTime(e.CreatedAt)
+	e.Status = cmp.Or(e.Status, domain.EventPending)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.events[e.ID]; ok {
+		return nil, false, fmt.Errorf("create event %s: %w: id exists", e.ID, domain.ErrConflict)
+	}
+	deliveries, ok := inline(copyEvent(e), s.active())
+	s.events[e.ID] = &storedEvent{event: e}
+	if !ok {
+		return nil, false, nil
+	}
+	created, err := s.createDeliveries([]ports.FanOut{{EventID: e.ID, Deliveries: deliveries}})
+	if err != nil {
+		delete(s.events, e.ID) // all or nothing, like the transaction
+		return nil, false, fmt.Errorf("create event %s: %w", e.ID, err)
+	}
+	return created, true, nil
+}
+
 // GetEvent implements ports.EventStore.
 func (s *Store) GetEvent(_ context.Context, id string) (domain.Event, error) {
 	s.mu.Lock()
@@ -247,6 +279,11 @@ func (s *Store) UnfannedEvents(_ context.Context, now time.Time, requeueAfter ti
 func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.createDeliveries(fanouts)
+}
+
+// createDeliveries is CreateDeliveries with s.mu held.
+func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 	// Check everything first: the batch is all or nothing.
 	var todo []ports.FanOut
 	pending := map[string]bool{}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // Limits of one group commit of events (see Store.CreateEvent). A batch of
@@ -21,11 +24,33 @@ const (
 	maxEventBatchBytes = 4 << 20
 )
 
+// maxSubscriptionRaces bounds how often an event fanned out inline is
+// written again because a subscription it was matched to was deleted in
+// between (its delivery then breaks the foreign key).
+const maxSubscriptionRaces = 5
+
+// newEvent is one call of CreateEvent (without a key) or
+// CreateEventFannedOut in a group commit.
+type newEvent struct {
+	event domain.Event
+	// inline fans the event out in the batch's transaction; nil stores it
+	// unfanned, for the fan-out stage.
+	inline ports.InlineFanOut
+	// out receives the fan-out's outcome; the caller reads it once Commit
+	// has returned.
+	out *fanOutcome
+}
+
+type fanOutcome struct {
+	deliveries []string
+	fannedOut  bool
+}
+
 // newEventBatcher returns the group commit of events without an idempotency
-// key: concurrent CreateEvent calls share one multi-row INSERT, so one round
-// trip and one commit, instead of paying ~57 µs of commit each.
-func (s *Store) newEventBatcher() *groupcommit.Batcher[sqlcgen.InsertEventParams] {
-	return groupcommit.New(s.insertEvents, groupcommit.Limits[sqlcgen.InsertEventParams]{
+// key: concurrent calls share one multi-row INSERT, so one round trip and
+// one commit, instead of paying ~57 µs of commit each.
+func (s *Store) newEventBatcher() *groupcommit.Batcher[newEvent] {
+	return groupcommit.New(s.insertEvents, groupcommit.Limits[newEvent]{
 		MaxItems:  maxEventBatch,
 		MaxWeight: maxEventBatchBytes,
 		Weigh:     eventRowSize,
@@ -33,71 +58,151 @@ func (s *Store) newEventBatcher() *groupcommit.Batcher[sqlcgen.InsertEventParams
 }
 
 // eventRowSize is about what a row adds to the INSERT.
-func eventRowSize(p sqlcgen.InsertEventParams) int {
-	return len(p.ID) + len(p.Type) + len(p.Source) + len(p.Data) + len(p.OrderingKey) + 16
+func eventRowSize(n newEvent) int {
+	e := n.event
+	return len(e.ID) + len(e.Type) + len(e.Source) + len(e.Data) + len(e.OrderingKey) + 16
 }
 
-// insertEvents is the groupcommit.WriteFunc of events: the whole batch in
-// one statement (InsertEvents), which commits every row or none.
+// insertEvents is the groupcommit.WriteFunc of events: the whole batch,
+// with the deliveries of the events fanned out inline, in one statement
+// (InsertEventsFannedOut), which commits every row or none.
 //
 // When PostgreSQL rejects the statement because of a row's content — a
-// duplicate id (already stored, or twice in the batch) or another integrity
-// or data error — nothing was written, and the innocent callers must not
-// share the guilty one's error: every row is then tried again on its own
-// (InsertEvent), so each caller gets the outcome of its own row, exactly as
-// without batching. Any other failure (connection lost, ctx ended, server
-// shutting down) gives every caller in the batch the same error; as with a
-// single-row insert whose reply was lost, their rows may or may not be
-// committed, and a publisher that retries gets at-least-once.
-func (s *Store) insertEvents(ctx context.Context, rows []sqlcgen.InsertEventParams, errs []error) {
-	if len(rows) == 1 {
-		errs[0] = s.insertEvent(ctx, rows[0])
-		return
-	}
-	params := sqlcgen.InsertEventsParams{
-		Ids:          make([]string, len(rows)),
-		Types:        make([]string, len(rows)),
-		Sources:      make([]string, len(rows)),
-		Data:         make([][]byte, len(rows)),
-		OrderingKeys: make([]string, len(rows)),
-		CreatedAts:   make([]time.Time, len(rows)),
-	}
-	for i, r := range rows {
-		params.Ids[i] = r.ID
-		params.Types[i] = r.Type
-		params.Sources[i] = r.Source
-		params.Data[i] = r.Data
-		params.OrderingKeys[i] = r.OrderingKey
-		params.CreatedAts[i] = r.CreatedAt
-	}
-	n, err := s.queries.InsertEvents(ctx, params)
-	if err == nil && n != int64(len(rows)) {
-		// A multi-row INSERT … SELECT stores every row or fails; this is a
-		// broken invariant, not something a caller can act on.
-		err = fmt.Errorf("batch insert stored %d of %d events", n, len(rows))
-	}
+// duplicate id (already stored, or twice in the batch), a delivery to a
+// subscription deleted since it was matched, or another integrity or data
+// error — nothing was written, and the innocent callers must not share the
+// guilty one's error: every row is then tried again on its own, so each
+// caller gets the outcome of its own row, exactly as without batching. Any
+// other failure (connection lost, ctx ended, server shutting down) gives
+// every caller in the batch the same error; as with a single-row insert
+// whose reply was lost, their rows may or may not be committed, and a
+// publisher that retries gets at-least-once.
+func (s *Store) insertEvents(ctx context.Context, batch []newEvent, errs []error) {
+	err := s.writeEvents(ctx, batch)
 	switch {
 	case err == nil:
 		return
 	case rowRejected(err):
-		for i, r := range rows {
-			errs[i] = s.insertEvent(ctx, r)
+		for i := range batch {
+			errs[i] = s.insertAlone(ctx, batch[i])
 		}
 	default:
-		for i := range rows {
-			errs[i] = fmt.Errorf("batch insert of %d events: %w", len(rows), interpretError(err))
+		for i := range batch {
+			errs[i] = fmt.Errorf("batch insert of %d events: %w", len(batch), interpretError(err))
 		}
 	}
 }
 
-// insertEvent stores one event without an idempotency key (InsertEvent
-// never finds a NULL key taken, so a row it does not store is an error).
-func (s *Store) insertEvent(ctx context.Context, row sqlcgen.InsertEventParams) error {
-	n, err := s.queries.InsertEvent(ctx, row)
-	if err == nil && n != 1 {
-		err = fmt.Errorf("insert stored %d rows", n)
+// insertAlone writes one event of a rejected batch on its own. A delivery
+// to a subscription deleted since the match is retried with the
+// subscriptions loaded again.
+func (s *Store) insertAlone(ctx context.Context, n newEvent) error {
+	var err error
+	for range maxSubscriptionRaces {
+		err = s.writeEvents(ctx, []newEvent{n})
+		if !isForeignKeyViolation(err) || n.inline == nil {
+			break
+		}
 	}
 	return interpretError(err)
+}
+
+// writeEvents fans out the events that ask for it against the active
+// subscriptions and stores the batch in one statement.
+func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
+	var active []domain.Subscription
+	for _, n := range batch {
+		if n.inline != nil {
+			var err error
+			if active, err = s.subscriptionsNow(ctx); err != nil {
+				return fmt.Errorf("load subscriptions to fan out: %w", err)
+			}
+			break
+		}
+	}
+	p := sqlcgen.InsertEventsFannedOutParams{
+		Ids:                  make([]string, len(batch)),
+		Types:                make([]string, len(batch)),
+		Sources:              make([]string, len(batch)),
+		Data:                 make([][]byte, len(batch)),
+		OrderingKeys:         make([]string, len(batch)),
+		Fanned:               make([]bool, len(batch)),
+		CreatedAts:           make([]time.Time, len(batch)),
+		DeliveryIds:          []string{},
+		DeliveryEventIds:     []string{},
+		SubscriptionIds:      []string{},
+		DeliveryOrderingKeys: []string{},
+		DeliveryCreatedAts:   []time.Time{},
+	}
+	for i, n := range batch {
+		e := n.event
+		p.Ids[i], p.Types[i], p.Sources[i], p.Data[i] = e.ID, e.Type, e.Source, e.Data
+		p.OrderingKeys[i], p.CreatedAts[i] = e.OrderingKey, e.CreatedAt
+		if n.inline == nil {
+			continue
+		}
+		deliveries, ok := n.inline(e, active)
+		*n.out = fanOutcome{fannedOut: ok}
+		if !ok {
+			continue
+		}
+		p.Fanned[i] = true
+		for _, d := range deliveries {
+			p.DeliveryIds = append(p.DeliveryIds, d.ID)
+			p.DeliveryEventIds = append(p.DeliveryEventIds, e.ID)
+			p.SubscriptionIds = append(p.SubscriptionIds, d.SubscriptionID)
+			p.DeliveryOrderingKeys = append(p.DeliveryOrderingKeys, d.OrderingKey)
+			p.DeliveryCreatedAts = append(p.DeliveryCreatedAts, storedTime(d.CreatedAt))
+			n.out.deliveries = append(n.out.deliveries, d.ID)
+		}
+	}
+	stored, err := s.queries.InsertEventsFannedOut(ctx, p)
+	if err == nil && stored != int64(len(batch)) {
+		// A multi-row INSERT … SELECT stores every row or fails; this is a
+		// broken invariant, not something a caller can act on.
+		err = fmt.Errorf("batch insert stored %d of %d events", stored, len(batch))
+	}
+	return err
+}
+
+// subscriptionCache is the API's copy of the active subscriptions, for
+// inline fan-out, with the change counter it was loaded at.
+type subscriptionCache struct {
+	mu      sync.Mutex
+	loaded  bool
+	version int64
+	active  []domain.Subscription
+}
+
+// subscriptionsNow returns the active subscriptions as of now: the cached
+// copy when the change counter (one tiny row, migration 00005) has not
+// moved since it was loaded, else a fresh load. The counter is read before
+// the load, so a change committed in between makes the next call load
+// again rather than trust a stale copy. The slice is shared: callers must
+// not modify it.
+func (s *Store) subscriptionsNow(ctx context.Context) ([]domain.Subscription, error) {
+	version, err := s.queries.SubscriptionVersion(ctx)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	c := &s.subscriptions
+	c.mu.Lock()
+	if c.loaded && c.version == version {
+		active := c.active
+		c.mu.Unlock()
+		return active, nil
+	}
+	c.mu.Unlock()
+	active, err := s.ActiveSubscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if !c.loaded || version > c.version {
+		c.loaded, c.version, c.active = true, version, active
+	}
+	c.mu.Unlock()
+	return active, nil
 }
 
 // rowRejected reports whether PostgreSQL refused a statement because of
@@ -110,4 +215,9 @@ func rowRejected(err error) bool {
 		return false
 	}
 	return strings.HasPrefix(pgErr.Code, "23") || strings.HasPrefix(pgErr.Code, "22")
+}
+
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == foreignKeyViolation
 }

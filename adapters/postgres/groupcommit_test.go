@@ -62,9 +62,9 @@ func lockEvents(t *testing.T, pool *pgxpool.Pool) (release func()) {
 	return release
 }
 
-// blockedInsert waits until a backend runs the sqlc query named query
-// (InsertEvent or InsertEvents) and waits for a lock, and returns its pid.
-func blockedInsert(t *testing.T, pool *pgxpool.Pool, query string) int32 {
+// blockedInsert waits until a backend other than those in not runs the
+// sqlc query named query and waits for a lock, and returns its pid.
+func blockedInsert(t *testing.T, pool *pgxpool.Pool, query string, not ...int32) int32 {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
@@ -72,7 +72,7 @@ func blockedInsert(t *testing.T, pool *pgxpool.Pool, query string) int32 {
 		err := pool.QueryRow(t.Context(), `
 			SELECT pid FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE $1`, "-- name: "+query+" %").Scan(&pid)
+			  AND query LIKE $1 AND pid <> ALL($2::int[])`, "-- name: "+query+" %", append([]int32{}, not...)).Scan(&pid)
 		if err == nil {
 			return pid
 		}
@@ -141,7 +141,7 @@ func TestGroupCommitRetriesARejectedBatchRowByRow(t *testing.T) {
 
 	release := lockEvents(t, pool)
 	first := createAsync(t.Context(), store, newGroupEvent(now))
-	blockedInsert(t, pool, "InsertEvent")
+	blockedInsert(t, pool, "InsertEventsFannedOut")
 
 	// One batch: three innocent events, one whose id is already stored and
 	// one that repeats an id earlier in the same batch.
@@ -183,7 +183,7 @@ func TestGroupCommitFailureReachesEveryCallerAndStoresNothing(t *testing.T) {
 	leaderCtx, cancelLeader := context.WithCancel(t.Context())
 	defer cancelLeader()
 	first := createAsync(leaderCtx, store, newGroupEvent(now))
-	blockedInsert(t, pool, "InsertEvent")
+	leaderPID := blockedInsert(t, pool, "InsertEventsFannedOut")
 	batch := []domain.Event{newGroupEvent(now), newGroupEvent(now), newGroupEvent(now), newGroupEvent(now)}
 	outs := queueBehind(t, t.Context(), store, batch...)
 
@@ -191,7 +191,7 @@ func TestGroupCommitFailureReachesEveryCallerAndStoresNothing(t *testing.T) {
 	// statement is cancelled and the next batch is written: the four.
 	cancelLeader()
 	assert.ErrorIs(t, receive(t, first, "the cancelled leader").err, context.Canceled)
-	pid := blockedInsert(t, pool, "InsertEvents")
+	pid := blockedInsert(t, pool, "InsertEventsFannedOut", leaderPID)
 	// The connection dies under the multi-row INSERT.
 	_, err := pool.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
@@ -230,7 +230,7 @@ func TestGroupCommitCancelReturnsPromptly(t *testing.T) {
 	leaderCtx, cancelLeader := context.WithCancel(t.Context())
 	defer cancelLeader()
 	first := createAsync(leaderCtx, store, leader)
-	blockedInsert(t, pool, "InsertEvent")
+	leaderPID := blockedInsert(t, pool, "InsertEventsFannedOut")
 
 	// Cancelled while waiting for a batch: returns at once, never stored.
 	dropped := newGroupEvent(now)
@@ -254,7 +254,7 @@ func TestGroupCommitCancelReturnsPromptly(t *testing.T) {
 	// cancelled and the next batch, stays and late, is stuck in turn.
 	cancelLeader()
 	assert.ErrorIs(t, receive(t, first, "the cancelled leader").err, context.Canceled)
-	blockedInsert(t, pool, "InsertEvents")
+	blockedInsert(t, pool, "InsertEventsFannedOut", leaderPID)
 	cancelLate()
 	cancelled = time.Now()
 	assert.ErrorIs(t, receive(t, outs[1], "the caller cancelled while its batch is written").err, context.Canceled)

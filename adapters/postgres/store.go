@@ -29,7 +29,9 @@ type Store struct {
 	planned *sqlcgen.Queries
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
-	events *groupcommit.Batcher[sqlcgen.InsertEventParams]
+	events *groupcommit.Batcher[newEvent]
+	// subscriptions is the copy inline fan-out matches events against.
+	subscriptions subscriptionCache
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
@@ -222,7 +224,7 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 		CreatedAt:      e.CreatedAt,
 	}
 	if e.IdempotencyKey == "" {
-		if err := s.events.Commit(ctx, params); err != nil {
+		if err := s.events.Commit(ctx, newEvent{event: e}); err != nil {
 			return domain.Event{}, false, fmt.Errorf("create event %s: %w", e.ID, err)
 		}
 		return e, true, nil
@@ -255,6 +257,22 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 		}
 	}
 	return domain.Event{}, false, fmt.Errorf("create event %s: idempotency key kept changing owner in %d rounds", e.ID, maxIdempotencyRounds)
+}
+
+// CreateEventFannedOut implements ports.EventStore. Its calls are
+// group-committed with CreateEvent's (see there): the batch's leader reads
+// the subscriptions' change counter, loads them again only if it moved,
+// runs each inline fan-out, and stores the events and their deliveries in
+// one statement.
+func (s *Store) CreateEventFannedOut(ctx context.Context, e domain.Event, inline ports.InlineFanOut) ([]string, bool, error) {
+	if e.IdempotencyKey != "" {
+		return nil, false, fmt.Errorf("create event %s: an event with an idempotency key is not fanned out inline", e.ID)
+	}
+	var out fanOutcome
+	if err := s.events.Commit(ctx, newEvent{event: normalizeEvent(e), inline: inline, out: &out}); err != nil {
+		return nil, false, fmt.Errorf("create event %s: %w", e.ID, err)
+	}
+	return out.deliveries, out.fannedOut, nil
 }
 
 // GetEvent implements ports.EventStore.

@@ -31,6 +31,7 @@ import (
 func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Subscriptions", func(t *testing.T) { t.Parallel(); testSubscriptions(t, newStore) })
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, newStore) })
+	t.Run("InlineFanOut", func(t *testing.T) { t.Parallel(); testInlineFanOut(t, newStore) })
 	t.Run("Deliveries", func(t *testing.T) { t.Parallel(); testDeliveries(t, newStore) })
 	t.Run("Release", func(t *testing.T) { t.Parallel(); testRelease(t, newStore) })
 	t.Run("Recovery", func(t *testing.T) { t.Parallel(); testRecovery(t, newStore) })

@@ -230,6 +230,89 @@ func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) (int
 	return result.RowsAffected(), nil
 }
 
+const insertEventsFannedOut = `-- name: InsertEventsFannedOut :execrows
+WITH inserted AS (
+    INSERT INTO events (
+        id, type, source, data, ordering_key, fanned_out_at, created_at
+    )
+    SELECT
+        u.id, u.type, u.source, u.data, u.ordering_key,
+        CASE WHEN u.fanned THEN u.created_at END, u.created_at
+    FROM (
+        SELECT
+            unnest($1::text[]) AS id,
+            unnest($2::text[]) AS type,
+            unnest($3::text[]) AS source,
+            unnest($4::bytea[]) AS data,
+            unnest($5::text[]) AS ordering_key,
+            unnest($6::boolean[]) AS fanned,
+            unnest($7::timestamptz[]) AS created_at
+    ) AS u
+    RETURNING events.id
+), fanned AS (
+    INSERT INTO deliveries (
+        id, event_id, subscription_id, status, attempts, next_attempt_at,
+        ordering_key, created_at, updated_at, enqueued_at
+    )
+    SELECT
+        d.id, d.event_id, d.subscription_id, 'pending', 0, d.created_at,
+        d.ordering_key, d.created_at, d.created_at, d.created_at
+    FROM (
+        SELECT
+            unnest($8::text[]) AS id,
+            unnest($9::text[]) AS event_id,
+            unnest($10::text[]) AS subscription_id,
+            unnest($11::text[]) AS ordering_key,
+            unnest($12::timestamptz[]) AS created_at
+    ) AS d
+)
+SELECT inserted.id FROM inserted
+`
+
+type InsertEventsFannedOutParams struct {
+	Ids                  []string
+	Types                []string
+	Sources              []string
+	Data                 [][]byte
+	OrderingKeys         []string
+	Fanned               []bool
+	CreatedAts           []time.Time
+	DeliveryIds          []string
+	DeliveryEventIds     []string
+	SubscriptionIds      []string
+	DeliveryOrderingKeys []string
+	DeliveryCreatedAts   []time.Time
+}
+
+// The group commit of events with inline fan-out: stores a batch of events
+// without idempotency keys, those flagged in @fanned already fanned out,
+// and the deliveries of those in one statement, so one round trip and one
+// commit for the whole batch. The arrays are zipped row by row, the
+// deliveries' separately from the events'. New deliveries count as
+// enqueued at creation: the caller appends them to the queue right after
+// the commit. A duplicate id, or a delivery to a subscription deleted
+// meanwhile, fails the whole statement.
+func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFannedOutParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertEventsFannedOut,
+		arg.Ids,
+		arg.Types,
+		arg.Sources,
+		arg.Data,
+		arg.OrderingKeys,
+		arg.Fanned,
+		arg.CreatedAts,
+		arg.DeliveryIds,
+		arg.DeliveryEventIds,
+		arg.SubscriptionIds,
+		arg.DeliveryOrderingKeys,
+		arg.DeliveryCreatedAts,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const releaseIdempotencyKey = `-- name: ReleaseIdempotencyKey :exec
 UPDATE events SET idempotency_key = NULL
 WHERE id = $1 AND idempotency_key = $2::text AND created_at <= $3
@@ -246,6 +329,18 @@ type ReleaseIdempotencyKeyParams struct {
 func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, arg ReleaseIdempotencyKeyParams) error {
 	_, err := q.db.Exec(ctx, releaseIdempotencyKey, arg.ID, arg.IdempotencyKey, arg.KeptSince)
 	return err
+}
+
+const subscriptionVersion = `-- name: SubscriptionVersion :one
+SELECT version FROM subscription_version
+`
+
+// The change counter of subscriptions (migration 00005).
+func (q *Queries) SubscriptionVersion(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, subscriptionVersion)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
 }
 
 const unfannedEvents = `-- name: UnfannedEvents :many

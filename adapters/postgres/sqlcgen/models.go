@@ -68,3 +68,8 @@ type Subscription struct {
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
 }
+
+type SubscriptionVersion struct {
+	OnlyRow bool
+	Version int64
+}
