@@ -30,7 +30,9 @@ type pipeline struct {
 
 func newPipeline() *pipeline {
 	p := &pipeline{store: memory.NewStore(), queue: newRecordingQueue(), sender: &scriptedSender{}, clock: newClock()}
-	p.ingest = &application.Ingest{Events: p.store, Queue: p.queue, Clock: p.clock}
+	// Most tests drive the fan-out stage; inline_test.go covers inline
+	// fan-out at ingest.
+	p.ingest = &application.Ingest{Events: p.store, Queue: p.queue, Clock: p.clock, MaxInlineDeliveries: -1}
 	p.fanout = &application.FanOut{Subscriptions: p.store, Events: p.store, Deliveries: p.store, Queue: p.queue, Clock: p.clock}
 	p.deliver = &application.Deliver{Deliveries: p.store, Subscriptions: p.store, Sender: p.sender, Clock: p.clock,
 		Random: func() float64 { return 0.5 }, UserAgent: "Dispatch/test"}
