@@ -126,3 +126,148 @@ func TestConsumerDropsMalformedEntries(t *testing.T) {
 		t.Errorf("still pending: %v, want nothing (malformed entries are acknowledged)", got)
 	}
 }
+
+// ackRecorder is a queue that records every acknowledgement call.
+type ackRecorder struct {
+	ports.Queue
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (q *ackRecorder) Ack(ctx context.Context, stream, group string, ids ...string) error {
+	q.mu.Lock()
+	q.calls = append(q.calls, append([]string(nil), ids...))
+	q.mu.Unlock()
+	return q.Queue.Ack(ctx, stream, group, ids...)
+}
+
+// acked returns the acknowledged ids and the number of calls.
+func (q *ackRecorder) acked() (ids map[string]bool, calls int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids = map[string]bool{}
+	for _, call := range q.calls {
+		for _, id := range call {
+			ids[id] = true
+		}
+	}
+	return ids, len(q.calls)
+}
+
+// TestConsumerBatchesAcknowledgements checks that entries handled one by
+// one are acknowledged many per call, that an entry whose handler is still
+// running is not acknowledged with the others, and that shutdown
+// acknowledges what finished meanwhile, nothing else.
+func TestConsumerBatchesAcknowledgements(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{})}
+	const quick = 40
+	bodies := []string{"slow", "fail"}
+	for i := range quick {
+		bodies = append(bodies, "ok-"+string(rune('A'+i)))
+	}
+	if err := q.Publish(ctx, "s", bodies...); err != nil {
+		t.Fatal(err)
+	}
+	idOf := map[string]string{} // body → entry id, filled as entries are handled
+	var mu sync.Mutex
+	release := make(chan struct{})
+	c := &application.Consumer{
+		Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: 64, Block: 10 * time.Millisecond,
+		Concurrency: 64, PerEntry: true, AckDelay: 20 * time.Millisecond,
+		Handle: func(_ context.Context, msgs []ports.Message) []string {
+			m := msgs[0]
+			mu.Lock()
+			idOf[m.Body] = m.ID
+			mu.Unlock()
+			switch m.Body {
+			case "fail":
+				return nil
+			case "slow":
+				<-release
+			}
+			return []string{m.ID}
+		},
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ids, _ := q.acked()
+		if len(ids) == quick {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the %d quick entries to be acknowledged; %d were", quick, len(ids))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	slowID, failID := idOf["slow"], idOf["fail"]
+	mu.Unlock()
+	ids, calls := q.acked()
+	if ids[slowID] || ids[failID] {
+		t.Fatalf("acknowledged an entry whose handler is running (%v) or did not finish it (%v)", ids[slowID], ids[failID])
+	}
+	if calls >= quick/2 {
+		t.Errorf("%d entries finished together took %d acknowledgements; want them batched", quick, calls)
+	}
+
+	cancel()
+	close(release) // slow finishes during shutdown
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ids, _ = q.acked()
+	if !ids[slowID] {
+		t.Error("the entry finished during shutdown was not acknowledged before Run returned")
+	}
+	if ids[failID] || len(ids) != quick+1 {
+		t.Errorf("acknowledged %d entries (fail among them: %v), want the %d finished ones", len(ids), ids[failID], quick+1)
+	}
+	if got := pendingAfter(t, q, "s", "g"); len(got) != 1 || got[0] != "fail" {
+		t.Errorf("unacknowledged after shutdown = %v, want [fail]", got)
+	}
+}
+
+// TestConsumerAcknowledgesFullBatchAtOnce checks that a batch that reaches
+// AckBatch goes without waiting for AckDelay.
+func TestConsumerAcknowledgesFullBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{})}
+	if err := q.Publish(ctx, "s", "a", "b", "c", "d"); err != nil {
+		t.Fatal(err)
+	}
+	c := &application.Consumer{
+		Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: 10, Block: 10 * time.Millisecond,
+		AckDelay: time.Hour, AckBatch: 4,
+		Handle: func(_ context.Context, msgs []ports.Message) []string {
+			ids := make([]string, len(msgs))
+			for i, m := range msgs {
+				ids[i] = m.ID
+			}
+			return ids
+		},
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if ids, _ := q.acked(); len(ids) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gave up waiting for a full batch to be acknowledged before AckDelay (an hour)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
