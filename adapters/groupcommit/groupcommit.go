@@ -10,7 +10,9 @@
 // wakes them and hands leadership to the first caller still pending, which
 // writes the next batch. A leader writes one batch, the one holding its own
 // item, so no caller's latency grows beyond its own batch plus the one in
-// progress when it arrived.
+// progress when it arrived. With Limits.Writers above 1, that many batches
+// may be written at once: while one waits for its commit (a WAL flush, a
+// round trip), the next is already on its way.
 //
 // Rule of dependency: standard library only. The adapters that batch writes
 // (postgres, redis) import it; it knows nothing about what they write.
@@ -44,6 +46,9 @@ type Limits[T any] struct {
 	MaxWeight int
 	// Weigh returns an item's weight; nil weighs every item 1.
 	Weigh func(T) int
+	// Writers is how many batches may be written at once; 0 means 1.
+	// Batches written at once commit in any order.
+	Writers int
 }
 
 // Batcher gathers concurrent Commit calls into batches written by a
@@ -55,10 +60,12 @@ type Batcher[T any] struct {
 
 	mu sync.Mutex
 	// pending are the calls not yet taken into a batch, oldest first.
-	// Whenever it is not empty, leading is true: some caller is writing a
-	// batch, or has been promoted to write the next one.
+	// Whenever it is not empty, leaders is at least 1: some caller is
+	// writing a batch, or has been promoted to write the next one.
 	pending []*call[T]
-	leading bool
+	// leaders counts the callers writing a batch or promoted to write one;
+	// at most limits.Writers.
+	leaders int
 }
 
 // New returns a Batcher that writes batches with write.
@@ -66,6 +73,7 @@ func New[T any](write WriteFunc[T], limits Limits[T]) *Batcher[T] {
 	if limits.MaxItems <= 0 {
 		limits.MaxItems = DefaultMaxItems
 	}
+	limits.Writers = max(limits.Writers, 1)
 	return &Batcher[T]{write: write, limits: limits}
 }
 
@@ -114,8 +122,8 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 	c := &call[T]{ctx: ctx, item: item, wake: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
-	if !b.leading {
-		b.leading = true
+	if b.leaders < b.limits.Writers {
+		b.leaders++
 		c.state = promoted
 		b.mu.Unlock()
 		b.lead(c)
@@ -134,6 +142,7 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 			// Promoted just as ctx ended: pass leadership on rather than
 			// write a batch nobody here waits for.
 			b.remove(c)
+			b.leaders--
 			b.promoteHead()
 		case taken:
 			// Its batch is being written and may still succeed.
@@ -165,7 +174,7 @@ func (b *Batcher[T]) Waiting() int {
 // wakes its callers and hands leadership on.
 func (b *Batcher[T]) lead(self *call[T]) {
 	b.mu.Lock()
-	batch := b.take()
+	batch := b.take(self)
 	b.mu.Unlock()
 
 	finished := false
@@ -182,6 +191,7 @@ func (b *Batcher[T]) lead(self *call[T]) {
 				close(c.wake)
 			}
 		}
+		b.leaders--
 		b.promoteHead()
 		b.mu.Unlock()
 	}()
@@ -189,28 +199,38 @@ func (b *Batcher[T]) lead(self *call[T]) {
 	finished = true
 }
 
-// take removes the next batch from the head of pending. b.mu is held.
-func (b *Batcher[T]) take() []*call[T] {
-	n, weight := 0, 0
-	for n < len(b.pending) && n < b.limits.MaxItems {
-		if b.limits.MaxWeight > 0 {
-			weight += b.weigh(b.pending[n].item)
-			if n > 0 && weight > b.limits.MaxWeight {
-				break
-			}
+// take removes the next batch from pending: self, the leader, then the
+// oldest calls that are only queued (others promoted to lead a batch of
+// their own keep their place). b.mu is held.
+func (b *Batcher[T]) take(self *call[T]) []*call[T] {
+	batch := []*call[T]{self}
+	weight := b.weigh(self.item)
+	full := false
+	kept := b.pending[:0]
+	for _, c := range b.pending {
+		if c == self {
+			continue
 		}
-		n++
+		if full || c.state != queued || len(batch) == b.limits.MaxItems {
+			kept = append(kept, c)
+			continue
+		}
+		w := b.weigh(c.item)
+		if b.limits.MaxWeight > 0 && weight+w > b.limits.MaxWeight {
+			full = true // keep the order: nothing after it joins either
+			kept = append(kept, c)
+			continue
+		}
+		weight += w
+		batch = append(batch, c)
 	}
-	batch := make([]*call[T], n)
-	copy(batch, b.pending[:n])
+	clear(b.pending[len(kept):]) // let taken calls be collected
+	b.pending = kept
+	if len(b.pending) == 0 {
+		b.pending = nil // start over rather than creep along the array
+	}
 	for _, c := range batch {
 		c.state = taken
-	}
-	if n == len(b.pending) {
-		b.pending = nil // start over rather than creep along the array
-	} else {
-		clear(b.pending[:n]) // let finished calls be collected
-		b.pending = b.pending[n:]
 	}
 	return batch
 }
@@ -222,16 +242,20 @@ func (b *Batcher[T]) weigh(item T) int {
 	return b.limits.Weigh(item)
 }
 
-// promoteHead makes the oldest pending call the leader of the next batch, or
-// records that nobody leads when nothing is pending. b.mu is held.
+// promoteHead makes the oldest pending call that is only queued the leader
+// of the next batch, if a writer is free. b.mu is held.
 func (b *Batcher[T]) promoteHead() {
-	if len(b.pending) == 0 {
-		b.leading = false
+	if b.leaders >= b.limits.Writers {
 		return
 	}
-	head := b.pending[0]
-	head.state = promoted
-	close(head.wake)
+	for _, c := range b.pending {
+		if c.state == queued {
+			b.leaders++
+			c.state = promoted
+			close(c.wake)
+			return
+		}
+	}
 }
 
 // remove drops c, which gave up, from pending. b.mu is held.

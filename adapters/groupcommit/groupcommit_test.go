@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -419,4 +420,77 @@ func TestWholeBatchError(t *testing.T) {
 		wg.Go(func() { assert.ErrorIs(t, b.Commit(t.Context(), i), broken) })
 	}
 	wg.Wait()
+}
+
+// TestWritersWriteBatchesAtOnce checks Limits.Writers: a second batch is
+// written while the first is still held, and callers arriving while every
+// writer is busy wait, then go in at most one batch per freed writer.
+func TestWritersWriteBatchesAtOnce(t *testing.T) {
+	t.Parallel()
+	r := newRecorder()
+	r.hold()
+	b := groupcommit.New(r.write, groupcommit.Limits[int]{Writers: 2})
+	out := make(chan outcome, 10)
+	commitAsync(t.Context(), b, 0, out)
+	r.waitStarted(t, "the first caller leads a batch of its own")
+	commitAsync(t.Context(), b, 1, out)
+	r.waitStarted(t, "the second caller leads a second batch while the first is held")
+	for i := 2; i <= 4; i++ {
+		commitAsync(t.Context(), b, i, out)
+		eventually(t, func() bool { return b.Waiting() == i-1 }, "the caller to queue: both writers are busy")
+	}
+	r.release()
+	got := []int{}
+	for range 5 {
+		o := receive(t, out, "every caller")
+		require.NoError(t, o.err)
+		got = append(got, o.item)
+	}
+	assert.ElementsMatch(t, []int{0, 1, 2, 3, 4}, got)
+	batches := r.snapshot()
+	require.GreaterOrEqual(t, len(batches), 3)
+	assert.ElementsMatch(t, [][]int{{0}, {1}}, batches[:2], "one batch per writer")
+	assert.LessOrEqual(t, len(batches), 4, "the callers queued behind them fill at most one batch per writer")
+	var rest []int
+	for _, batch := range batches[2:] {
+		rest = append(rest, batch...)
+	}
+	assert.ElementsMatch(t, []int{2, 3, 4}, rest)
+}
+
+func TestConcurrentCommitsWithWritersAreAllWrittenOnce(t *testing.T) {
+	t.Parallel()
+	r := newRecorder()
+	var inFlight, most atomic.Int64
+	b := groupcommit.New(func(ctx context.Context, items []int, errs []error) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(50 * time.Microsecond)
+		r.write(ctx, items, errs)
+		inFlight.Add(-1)
+	}, groupcommit.Limits[int]{MaxItems: 16, Writers: 3})
+	const callers, each = 64, 50
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				assert.NoError(t, b.Commit(t.Context(), c*each+i))
+			}
+		})
+	}
+	wg.Wait()
+	var written []int
+	for _, batch := range r.snapshot() {
+		written = append(written, batch...)
+		assert.LessOrEqual(t, len(batch), 16, "MaxItems caps a batch")
+	}
+	slices.Sort(written)
+	want := make([]int, callers*each)
+	for i := range want {
+		want[i] = i
+	}
+	assert.Equal(t, want, written, "every item is written exactly once")
+	assert.LessOrEqual(t, most.Load(), int64(3), "no more batches in flight than Writers")
+	assert.Zero(t, b.Waiting())
 }

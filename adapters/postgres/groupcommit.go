@@ -22,6 +22,9 @@ import (
 const (
 	maxEventBatch      = 512
 	maxEventBatchBytes = 4 << 20
+	// eventWriters is how many batches are written at once: while one
+	// waits for its WAL flush, the next is on its way.
+	eventWriters = 2
 )
 
 // maxSubscriptionRaces bounds how often an event fanned out inline is
@@ -54,6 +57,7 @@ func (s *Store) newEventBatcher() *groupcommit.Batcher[newEvent] {
 		MaxItems:  maxEventBatch,
 		MaxWeight: maxEventBatchBytes,
 		Weigh:     eventRowSize,
+		Writers:   eventWriters,
 	})
 }
 
