@@ -5,3 +5,10 @@ package postgres
 func EventsWaiting(s *Store) int {
 	return s.events.Waiting()
 }
+
+// OneEventWriter makes s write one batch of events at a time, so that tests
+// can hold a batch and line callers up behind it.
+func OneEventWriter(s *Store) *Store {
+	s.events = s.newEventBatcher(1)
+	return s
+}

@@ -52,12 +52,12 @@ type fanOutcome struct {
 // newEventBatcher returns the group commit of events without an idempotency
 // key: concurrent calls share one multi-row INSERT, so one round trip and
 // one commit, instead of paying ~57 µs of commit each.
-func (s *Store) newEventBatcher() *groupcommit.Batcher[newEvent] {
+func (s *Store) newEventBatcher(writers int) *groupcommit.Batcher[newEvent] {
 	return groupcommit.New(s.insertEvents, groupcommit.Limits[newEvent]{
 		MaxItems:  maxEventBatch,
 		MaxWeight: maxEventBatchBytes,
 		Weigh:     eventRowSize,
-		Writers:   eventWriters,
+		Writers:   writers,
 	})
 }
 

@@ -133,7 +133,7 @@ func receive(t *testing.T, out <-chan result, what string) result {
 func TestGroupCommitRetriesARejectedBatchRowByRow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	store := postgres.New(pool)
+	store := postgres.OneEventWriter(postgres.New(pool))
 	now := time.Now()
 	existing := newGroupEvent(now)
 	_, _, err := store.CreateEvent(t.Context(), existing, keptSince)
@@ -176,7 +176,7 @@ func TestGroupCommitRetriesARejectedBatchRowByRow(t *testing.T) {
 func TestGroupCommitFailureReachesEveryCallerAndStoresNothing(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	store := postgres.New(pool)
+	store := postgres.OneEventWriter(postgres.New(pool))
 	now := time.Now()
 
 	release := lockEvents(t, pool)
@@ -221,7 +221,7 @@ func TestGroupCommitFailureReachesEveryCallerAndStoresNothing(t *testing.T) {
 // goroutines meanwhile would confuse.
 func TestGroupCommitCancelReturnsPromptly(t *testing.T) {
 	pool := pgtest.NewPool(t)
-	store := postgres.New(pool)
+	store := postgres.OneEventWriter(postgres.New(pool))
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	now := time.Now()
 

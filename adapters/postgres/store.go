@@ -37,7 +37,7 @@ type Store struct {
 // New returns a Store on pool. The schema must be migrated (Migrate).
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
-	s.events = s.newEventBatcher()
+	s.events = s.newEventBatcher(eventWriters)
 	return s
 }
 
