@@ -37,6 +37,12 @@ type Deliver struct {
 	Breakers  ports.Breakers
 	Limiter   ports.RateLimiter
 	Semaphore ports.Semaphore
+	// Protection, when set, asks all three at once (and gives the slot
+	// back and records the result at once), sharing their state: fewer
+	// round trips per delivery. When it fails, the delivery is protected by
+	// Breakers, Limiter and Semaphore one by one instead, so those must be
+	// set too.
+	Protection ports.Protection
 	// Breaker configures every subscription's circuit breaker.
 	Breaker domain.BreakerConfig
 	// Random returns a number in [0, 1) for retry jitter.
@@ -94,7 +100,7 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	}
 
 	report := Attempted{EventCreatedAt: ev.CreatedAt}
-	until, reason, freeSlot, degraded := uc.protect(keep, d, sub, now)
+	until, reason, pass, degraded := uc.protect(keep, d, sub, now)
 	report.Degraded = degraded
 	if reason != "" {
 		postponed := postpone(d, until, reason, now)
@@ -106,7 +112,6 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	}
 
 	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
-	freeSlot()
 	var out domain.Outcome
 	if err != nil {
 		out = domain.ClassifyError(err)
@@ -115,15 +120,13 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	}
 	finished := uc.Clock.Now()
 
-	if uc.Breakers != nil {
-		// Only failures that say the endpoint is unwell count against it;
-		// a 4xx is an answer from a healthy endpoint.
-		state, err := uc.Breakers.Record(keep, sub.ID, uc.Breaker, out.Kind != domain.OutcomeRetryable, finished)
-		if err != nil {
-			report.Degraded = errors.Join(report.Degraded, fmt.Errorf("record breaker outcome: %w", err))
-		} else {
-			report.Breaker = &state
-		}
+	// Only failures that say the endpoint is unwell count against it; a
+	// 4xx is an answer from a healthy endpoint.
+	state, recorded, err := uc.finish(keep, pass, sub.ID, d.ID, out.Kind != domain.OutcomeRetryable, finished)
+	if err != nil {
+		report.Degraded = errors.Join(report.Degraded, fmt.Errorf("record breaker outcome: %w", err))
+	} else if recorded {
+		report.Breaker = &state
 	}
 
 	next := d.Attempted(out, sub.RetryPolicy, finished, uc.Random)
@@ -162,23 +165,57 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	return report, nil
 }
 
+// passed says how a request got through the protections, so that its
+// end is told to the same ones.
+type passed int
+
+const (
+	// passedAlone: one by one (or with none configured); a slot, if the
+	// semaphore gave one, goes back through Semaphore.
+	passedAlone passed = iota
+	// passedAloneWithSlot: one by one, holding a Semaphore slot.
+	passedAloneWithSlot
+	// passedTogether: through Protection, which also ends it.
+	passedTogether
+)
+
 // protect asks the breaker, the rate limiter and the semaphore, in that
-// order, whether a request may go to sub now. When one says no it returns
-// the reason and when to try again. freeSlot gives the concurrency slot
-// back; it is safe to call whatever was returned. A protection whose store
-// fails lets the request through (fail open) and is reported as degraded:
-// an unreachable Redis must not stop deliveries.
+// order, whether a request may go to sub now: all at once through
+// Protection when it is set and answers, one by one otherwise. When one
+// says no it returns the reason and when to try again. A protection whose
+// store fails lets the request through (fail open) and is reported as
+// degraded: an unreachable Redis must not stop deliveries.
 func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Subscription, now time.Time) (
-	until time.Time, reason string, freeSlot func(), degraded error,
+	until time.Time, reason string, pass passed, degraded error,
 ) {
-	freeSlot = func() {}
+	if uc.Protection != nil {
+		res, err := uc.Protection.Admit(ctx, ports.Admission{
+			SubscriptionID: sub.ID, Holder: d.ID, Breaker: uc.Breaker, Now: now,
+			PerSecond: sub.RateLimit, MaxInFlight: sub.MaxInFlight, Lease: sub.Timeout + leaseMargin,
+		})
+		if err == nil {
+			switch res.Refused {
+			case ports.RefusedByBreaker:
+				return res.RetryAt, domain.ReasonCircuitOpen, passedAlone, nil
+			case ports.RefusedByRateLimit:
+				return now.Add(res.RetryAfter), domain.ReasonThrottled, passedAlone, nil
+			case ports.RefusedBySemaphore:
+				return now.Add(uc.slotWait()), domain.ReasonThrottled, passedAlone, nil
+			}
+			return time.Time{}, "", passedTogether, nil
+		}
+		// Ask them one by one: their failures are reported there, and the
+		// semaphore falls back to a local one. A failure here alone (the
+		// others answered) left the request protected.
+	}
+	pass = passedAlone
 	if uc.Breakers != nil {
 		allowed, retryAt, err := uc.Breakers.Allow(ctx, sub.ID, uc.Breaker, now)
 		switch {
 		case err != nil:
 			degraded = errors.Join(degraded, fmt.Errorf("circuit breaker: %w", err))
 		case !allowed:
-			return retryAt, domain.ReasonCircuitOpen, freeSlot, degraded
+			return retryAt, domain.ReasonCircuitOpen, pass, degraded
 		}
 	}
 	if uc.Limiter != nil {
@@ -187,7 +224,7 @@ func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Su
 		case err != nil:
 			degraded = errors.Join(degraded, fmt.Errorf("rate limit: %w", err))
 		case !allowed:
-			return now.Add(wait), domain.ReasonThrottled, freeSlot, degraded
+			return now.Add(wait), domain.ReasonThrottled, pass, degraded
 		}
 	}
 	if uc.Semaphore != nil {
@@ -196,13 +233,39 @@ func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Su
 		case err != nil:
 			degraded = errors.Join(degraded, fmt.Errorf("concurrency cap: %w", err))
 		case !ok:
-			wait := slotWait + time.Duration(uc.Random()*float64(slotWait))
-			return now.Add(wait), domain.ReasonThrottled, freeSlot, degraded
+			return now.Add(uc.slotWait()), domain.ReasonThrottled, pass, degraded
 		default:
-			freeSlot = func() { _ = uc.Semaphore.Release(ctx, sub.ID, d.ID) } // a lost release expires with its lease
+			pass = passedAloneWithSlot
 		}
 	}
-	return time.Time{}, "", freeSlot, degraded
+	return time.Time{}, "", pass, degraded
+}
+
+// slotWait is how long to wait after every slot was taken: slotWait, plus
+// up to as much again so the waiting deliveries spread out.
+func (uc *Deliver) slotWait() time.Duration {
+	return slotWait + time.Duration(uc.Random()*float64(slotWait))
+}
+
+// finish ends a request that passed the protections: it gives the slot
+// back and records the result on the breaker, through whatever let it
+// pass. recorded is false when no breaker is configured. A slot whose
+// release is lost comes back when its lease ends.
+func (uc *Deliver) finish(ctx context.Context, pass passed, subscriptionID, holder string, success bool, now time.Time) (
+	state domain.Breaker, recorded bool, err error,
+) {
+	if pass == passedTogether {
+		state, err := uc.Protection.Finish(ctx, subscriptionID, holder, uc.Breaker, success, now)
+		return state, err == nil, err
+	}
+	if pass == passedAloneWithSlot {
+		_ = uc.Semaphore.Release(ctx, subscriptionID, holder)
+	}
+	if uc.Breakers == nil {
+		return domain.Breaker{}, false, nil
+	}
+	state, err = uc.Breakers.Record(ctx, subscriptionID, uc.Breaker, success, now)
+	return state, err == nil, err
 }
 
 // postpone puts a claimed delivery back, due at until, without an attempt.

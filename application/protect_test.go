@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // gate is a breaker, limiter and semaphore in one, each answer scripted.
@@ -175,5 +176,145 @@ func TestARetriedDeliveryIsPostponedAsRetrying(t *testing.T) {
 	d, _ := p.store.GetDelivery(context.Background(), id)
 	if d.Status != domain.DeliveryRetrying || d.Attempts != 1 {
 		t.Errorf("delivery = %s with %d attempts, want retrying with 1", d.Status, d.Attempts)
+	}
+}
+
+// together is a scripted ports.Protection, kept apart from the gate that
+// stands for the separate ports, to tell which path a delivery took.
+type together struct {
+	mu        sync.Mutex
+	admit     ports.Admitted
+	admitErr  error
+	finishErr error
+	admitted  []ports.Admission
+	finished  []bool
+	holders   []string
+}
+
+func (p *together) Admit(_ context.Context, req ports.Admission) (ports.Admitted, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.admitted = append(p.admitted, req)
+	return p.admit, p.admitErr
+}
+
+func (p *together) Finish(_ context.Context, _, holder string, _ domain.BreakerConfig, success bool, _ time.Time) (domain.Breaker, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finished = append(p.finished, success)
+	p.holders = append(p.holders, holder)
+	return domain.Breaker{Phase: domain.BreakerClosed}, p.finishErr
+}
+
+func TestCombinedProtectionPostpones(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		admit  ports.Admitted
+		reason string
+		after  time.Duration
+	}{
+		{"open circuit", ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: newClock().Now().Add(30 * time.Second)}, domain.ReasonCircuitOpen, 30 * time.Second},
+		{"rate limited", ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: 40 * time.Millisecond}, domain.ReasonThrottled, 40 * time.Millisecond},
+		{"every slot taken", ports.Admitted{Refused: ports.RefusedBySemaphore}, domain.ReasonThrottled, 150 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline()
+			g, both := &gate{}, &together{admit: tt.admit}
+			protected(p, g)
+			p.deliver.Protection = both
+			sub := p.subscribe(t, "a")
+			_, id := p.fannedOut(t, sub)
+			now := p.clock.Now()
+			res, err := p.deliver.Handle(context.Background(), id)
+			if err != nil || !res.Skipped || res.Postponed != tt.reason {
+				t.Fatalf("result = %+v, %v; want postponed (%s)", res, err, tt.reason)
+			}
+			d, _ := p.store.GetDelivery(context.Background(), id)
+			if !d.NextAttemptAt.Equal(now.Add(tt.after)) || d.Attempts != 0 {
+				t.Errorf("due again at +%s after %d attempts, want +%s after none", d.NextAttemptAt.Sub(now), d.Attempts, tt.after)
+			}
+			if len(both.finished) != 0 || len(g.held) != 0 || len(g.released) != 0 {
+				t.Errorf("finished %v, separate slots %v released %v; want nothing to finish", both.finished, g.held, g.released)
+			}
+		})
+	}
+}
+
+func TestCombinedProtectionAdmitsAndFinishes(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g, both := &gate{}, &together{}
+	protected(p, g)
+	p.deliver.Protection = both
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(503)}
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryRetrying || res.Degraded != nil {
+		t.Fatalf("result = %+v, %v; want one retryable attempt, not degraded", res, err)
+	}
+	if len(both.admitted) != 1 {
+		t.Fatalf("admitted %d times, want once", len(both.admitted))
+	}
+	want := ports.Admission{
+		SubscriptionID: sub.ID, Holder: id, Breaker: domain.DefaultBreakerConfig(), Now: both.admitted[0].Now,
+		PerSecond: sub.RateLimit, MaxInFlight: sub.MaxInFlight, Lease: sub.Timeout + 5*time.Second,
+	}
+	if both.admitted[0] != want {
+		t.Errorf("admission = %+v, want %+v", both.admitted[0], want)
+	}
+	if len(both.finished) != 1 || both.finished[0] || both.holders[0] != id {
+		t.Errorf("finished %v for %v, want one failure for %s", both.finished, both.holders, id)
+	}
+	if res.Breaker == nil {
+		t.Error("the breaker's state after Finish is not reported")
+	}
+	if len(g.recorded) != 0 || len(g.held) != 0 || len(g.released) != 0 {
+		t.Errorf("the separate ports were used: recorded %v, held %v, released %v", g.recorded, g.held, g.released)
+	}
+}
+
+func TestCombinedProtectionFailureFallsBackToSeparatePorts(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g, both := &gate{}, &together{admitErr: errors.New("redis: connection refused")}
+	protected(p, g)
+	p.deliver.Protection = both
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(200)}
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
+		t.Fatalf("result = %+v, %v; want delivered", res, err)
+	}
+	if res.Degraded != nil {
+		t.Errorf("degraded %v, want none: the separate ports protected the request", res.Degraded)
+	}
+	if len(both.finished) != 0 {
+		t.Errorf("Finish called %v after Admit failed", both.finished)
+	}
+	if len(g.held) != 0 || len(g.released) != 1 || g.released[0] != id || len(g.recorded) != 1 || !g.recorded[0] {
+		t.Errorf("separate ports: held %v, released %v, recorded %v; want the slot released and one success recorded", g.held, g.released, g.recorded)
+	}
+}
+
+func TestCombinedProtectionFinishFailureIsDegraded(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g, both := &gate{}, &together{finishErr: errors.New("redis: connection reset")}
+	protected(p, g)
+	p.deliver.Protection = both
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(200)}
+	res, err := p.deliver.Handle(context.Background(), id)
+	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
+		t.Fatalf("result = %+v, %v; want delivered", res, err)
+	}
+	if res.Degraded == nil || res.Breaker != nil {
+		t.Errorf("degraded %v, breaker %v; want the lost record reported and no state", res.Degraded, res.Breaker)
 	}
 }

@@ -43,3 +43,72 @@ type Semaphore interface {
 	// (already released, or its lease ran out) is not an error.
 	Release(ctx context.Context, subscriptionID, holder string) error
 }
+
+// Protection answers a subscription's three protections together, for an
+// adapter that can do it cheaper than one call each (one Redis round trip
+// instead of three). It is optional: application.Deliver uses it when it
+// is set and falls back to the separate ports when it fails, so it shares
+// their state (a breaker opened through Breakers refuses here, a slot
+// taken here counts for Semaphore, and so on). Safe for concurrent use.
+type Protection interface {
+	// Admit asks the breaker, the rate limiter and the semaphore in that
+	// order, exactly as Breakers.Allow, RateLimiter.Take and
+	// Semaphore.TryAcquire would, stopping at the first that refuses: what
+	// the ones before it took stays taken (a half-open probe, a request
+	// from the budget), what comes after is not asked. When Admitted.Refused
+	// is RefusedByNone, holder has a slot until Finish or until its lease
+	// ends. On error the adapter took nothing it knows of; a slot taken by
+	// a call whose answer was lost comes back when its lease ends.
+	Admit(ctx context.Context, req Admission) (Admitted, error)
+	// Finish ends a request Admit let through: it gives holder's slot
+	// back (as Semaphore.Release) and records its result on the breaker
+	// (as Breakers.Record), and returns the breaker's new state. A holder
+	// without a slot is not an error. On error the result may not be
+	// recorded, and the slot comes back when its lease ends.
+	Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error)
+}
+
+// Admission is what Protection.Admit is asked.
+type Admission struct {
+	// SubscriptionID names the endpoint.
+	SubscriptionID string
+	// Holder is a unique name of this request, as for Semaphore.TryAcquire.
+	Holder string
+	// Breaker configures the circuit breaker; Now is the time it decides
+	// at, as for Breakers.Allow.
+	Breaker domain.BreakerConfig
+	Now     time.Time
+	// PerSecond is the rate limit, as for RateLimiter.Take.
+	PerSecond int
+	// MaxInFlight and Lease are the slot limit and the lease's length, as
+	// for Semaphore.TryAcquire.
+	MaxInFlight int
+	Lease       time.Duration
+}
+
+// Refusal names the protection that refused a request.
+type Refusal int
+
+// The protections, in the order Admit asks them.
+const (
+	// RefusedByNone: every protection let the request through.
+	RefusedByNone Refusal = iota
+	// RefusedByBreaker: the circuit is open (or its probes are all out).
+	RefusedByBreaker
+	// RefusedByRateLimit: the rate limit's budget is spent.
+	RefusedByRateLimit
+	// RefusedBySemaphore: every slot is taken.
+	RefusedBySemaphore
+)
+
+// Admitted is Protection.Admit's answer.
+type Admitted struct {
+	// Refused names the protection that said no, or RefusedByNone.
+	Refused Refusal
+	// RetryAt, when the breaker refused, is when to try again (as
+	// Breakers.Allow's retryAt).
+	RetryAt time.Time
+	// RetryAfter, when the rate limit refused, is when a request will next
+	// be allowed (as RateLimiter.Take's retryAfter).
+	RetryAfter time.Duration
+}

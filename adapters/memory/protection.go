@@ -215,3 +215,63 @@ func (s *Semaphore) Release(_ context.Context, subscriptionID, holder string) er
 	}
 	return nil
 }
+
+// Protection is ports.Protection in process: the given Breakers,
+// RateLimiter and Semaphore asked one after the other, so it shares their
+// state exactly. Each step is atomic on its own, which is all the port
+// promises. Safe for concurrent use.
+type Protection struct {
+	breakers  *Breakers
+	limiter   *RateLimiter
+	semaphore *Semaphore
+}
+
+var _ ports.Protection = (*Protection)(nil)
+
+// NewProtection returns a Protection over b, l and s. Nil ones are a
+// programming error and panic.
+func NewProtection(b *Breakers, l *RateLimiter, s *Semaphore) *Protection {
+	if b == nil || l == nil || s == nil {
+		panic("memory protection: breakers, rate limiter and semaphore are required")
+	}
+	return &Protection{breakers: b, limiter: l, semaphore: s}
+}
+
+// Admit asks the breaker, the rate limiter and the semaphore in that
+// order; see ports.Protection.
+func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
+	if req.PerSecond < 1 {
+		return ports.Admitted{}, fmt.Errorf("memory protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
+	}
+	allowed, retryAt, err := p.breakers.Allow(ctx, req.SubscriptionID, req.Breaker, req.Now)
+	if err != nil {
+		return ports.Admitted{}, err
+	}
+	if !allowed {
+		return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: retryAt}, nil
+	}
+	allowed, retryAfter, err := p.limiter.Take(ctx, req.SubscriptionID, req.PerSecond)
+	if err != nil {
+		return ports.Admitted{}, err
+	}
+	if !allowed {
+		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: retryAfter}, nil
+	}
+	ok, err := p.semaphore.TryAcquire(ctx, req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease)
+	if err != nil {
+		return ports.Admitted{}, err
+	}
+	if !ok {
+		return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
+	}
+	return ports.Admitted{}, nil
+}
+
+// Finish releases holder's slot and records the result on the breaker;
+// see ports.Protection.
+func (p *Protection) Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	if err := p.semaphore.Release(ctx, subscriptionID, holder); err != nil {
+		return domain.Breaker{}, err
+	}
+	return p.breakers.Record(ctx, subscriptionID, cfg, success, now)
+}

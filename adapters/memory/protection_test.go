@@ -166,3 +166,13 @@ func TestBreakersKeepsOpenUntilInUTC(t *testing.T) {
 	assert.True(t, s.OpenUntil.Equal(now.Add(cfg.OpenDuration)))
 	assert.Equal(t, time.UTC, s.OpenUntil.Location())
 }
+
+func TestProtection(t *testing.T) {
+	t.Parallel()
+	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+		b := memory.NewBreakers()
+		l := memory.NewRateLimiter(memory.RateLimiterOptions{})
+		s := memory.NewSemaphore(memory.SemaphoreOptions{})
+		return protectiontest.ProtectionSet{Protection: memory.NewProtection(b, l, s), Breakers: b, Limiter: l, Semaphore: s}
+	}, protectiontest.Features{RateBurst: memory.RateBurst})
+}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -22,7 +23,14 @@ import (
 // no probe started) is the right state anyway.
 const BreakerStateTTL = 24 * time.Hour
 
-// breakerMaxAttempts bounds the optimistic transactions one call makes.
+//go:embed breaker_swap.lua
+var breakerSwapLua string
+
+// breakerSwap runs by EVALSHA, falling back to EVAL the first time a
+// server has not seen it.
+var breakerSwap = goredis.NewScript(breakerSwapLua)
+
+// breakerMaxAttempts bounds the compare-and-set rounds one call makes.
 // Every round that conflicts has a winner, so n callers racing on one
 // breaker finish within n rounds, and the race is short-lived: once the
 // breaker is open (or its probes are all out) further results change
@@ -31,12 +39,15 @@ const BreakerStateTTL = 24 * time.Hour
 const breakerMaxAttempts = 100
 
 // Breakers is ports.Breakers on Redis: each subscription's domain.Breaker
-// in one string key, "<prefix>{sub:<id>}:breaker", updated with an
-// optimistic transaction (WATCH, GET, MULTI SET EXEC, retried on conflict).
+// in one string key, "<prefix>{sub:<id>}:breaker", updated optimistically:
+// GET, compute the transition, then a compare-and-set script that writes
+// only if nobody changed the key meanwhile (retried from the value it
+// answers with on conflict).
 // The transitions are domain.Breaker's, computed here in Go; Redis only
 // stores the result. A closed breaker with no failures is no key at all,
 // and a call that leaves the state unchanged (the hot path: a closed
-// breaker allowing, or recording a success) costs one GET and no write.
+// breaker allowing, or recording a success) costs one GET and no write; a
+// change costs a GET and one EVALSHA.
 // Safe for concurrent use.
 type Breakers struct {
 	client goredis.UniversalClient
@@ -87,58 +98,66 @@ func (b *Breakers) Record(ctx context.Context, subscriptionID string, cfg domain
 
 // update reads the breaker, applies transition and stores the result. The
 // first read is a plain GET: when the transition changes nothing there is
-// nothing to make atomic, and the call ends there. Otherwise it runs the
-// transition again inside WATCH ... EXEC, from a fresh read, until no other
-// caller changed the key in between. transition may run several times; the
-// caller keeps what its last run decided.
+// nothing to make atomic, and the call ends there. Otherwise see
+// updateFrom.
 func (b *Breakers) update(ctx context.Context, subscriptionID string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
 	key := b.key(subscriptionID)
 	stored, err := b.client.Get(ctx, key).Result()
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return domain.Breaker{}, interpretError(err)
 	}
-	next := transition(decodeBreaker(stored))
-	encoded := encodeBreaker(next)
-	if encoded == stored {
-		return next, nil
-	}
+	return b.updateFrom(ctx, key, stored, now, transition)
+}
 
+// updateFrom applies transition to stored, the value last read from key
+// ("" for no key), and stores the result with a compare-and-set script
+// (breaker_swap.lua) that writes only if the key still holds stored. When
+// another caller changed it in between, the script answers with the
+// current value and the transition runs again from it, until a write goes
+// through or nothing changes. transition may run several times; the caller
+// keeps what its last run decided.
+func (b *Breakers) updateFrom(ctx context.Context, key, stored string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
 	for attempt := range breakerMaxAttempts {
-		err := b.client.Watch(ctx, func(tx *goredis.Tx) error {
-			stored, err := tx.Get(ctx, key).Result()
-			if err != nil && !errors.Is(err, goredis.Nil) {
-				return err
-			}
-			next = transition(decodeBreaker(stored))
-			encoded = encodeBreaker(next)
-			if encoded == stored {
-				return nil // Close sends UNWATCH.
-			}
-			_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-				if encoded == "" {
-					p.Del(ctx, key) // closed with no failures: the default, no key needed
-				} else {
-					p.Set(ctx, key, encoded, breakerTTL(next, now))
-				}
-				return nil
-			})
-			return err
-		}, key)
-		switch {
-		case err == nil:
+		next := transition(decodeBreaker(stored))
+		encoded := encodeBreaker(next)
+		if encoded == stored {
 			return next, nil
-		case errors.Is(err, goredis.TxFailedErr):
-			// Another worker changed the breaker between our GET and EXEC.
-			// Wait a little, longer each round, so a crowd of callers
-			// spreads out instead of colliding again.
-			if err := sleepCtx(ctx, rand.N(time.Duration(min(attempt+1, 20))*250*time.Microsecond)); err != nil {
+		}
+		ttl := breakerTTL(next, now)
+		res, err := breakerSwap.Run(ctx, b.client, []string{key}, stored, encoded, max(ttl.Milliseconds(), 1)).Slice()
+		if err != nil {
+			return domain.Breaker{}, interpretError(err)
+		}
+		swapped, current, err := swapResult(res)
+		if err != nil {
+			return domain.Breaker{}, err
+		}
+		if swapped {
+			return next, nil
+		}
+		stored = current
+		if attempt > 0 {
+			// Conflicts again: wait a little, longer each round, so a
+			// crowd of callers spreads out instead of colliding again.
+			if err := sleepCtx(ctx, rand.N(time.Duration(min(attempt, 20))*250*time.Microsecond)); err != nil {
 				return domain.Breaker{}, err
 			}
-		default:
-			return domain.Breaker{}, interpretError(err)
 		}
 	}
 	return domain.Breaker{}, fmt.Errorf("%s changed by other workers %d times in a row", key, breakerMaxAttempts)
+}
+
+// swapResult reads breaker_swap.lua's answer.
+func swapResult(res []any) (swapped bool, current string, err error) {
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("breaker swap script answered %v", res)
+	}
+	ok, _ := res[0].(int64)
+	current, isString := res[1].(string)
+	if !isString {
+		return false, "", fmt.Errorf("breaker swap script answered %v", res)
+	}
+	return ok == 1, current, nil
 }
 
 // breakerTTL keeps an open breaker's key at least until its open period

@@ -1,7 +1,8 @@
 // Package redis holds Dispatch's Redis adapters, built on go-redis v9: the
 // work queue on Redis Streams (Queue), the endpoint protections shared by
 // every worker (Breakers, RateLimiter on go-redis/redis_rate, a Lua
-// Semaphore, and FallbackSemaphore for when Redis is unreachable), and the
+// Semaphore, and FallbackSemaphore for when Redis is unreachable; and
+// Protection, the three at once in one Lua script per delivery), and the
 // connection helper (Connect).
 //
 // Rule of dependency: this package imports ports, domain, go-redis,

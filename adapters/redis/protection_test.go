@@ -131,8 +131,8 @@ func TestBreakers(t *testing.T) {
 	}, protectiontest.Features{})
 }
 
-// TestBreakersMiniredis runs the suite on miniredis, which implements
-// WATCH/MULTI/EXEC, conflicts included.
+// TestBreakersMiniredis runs the suite on miniredis, whose Lua runs the
+// compare-and-set script.
 func TestBreakersMiniredis(t *testing.T) {
 	protectiontest.RunBreakers(t, func(t *testing.T) ports.Breakers {
 		_, client := redistest.Mini(t)
@@ -141,13 +141,15 @@ func TestBreakersMiniredis(t *testing.T) {
 }
 
 // TestBreakersHotPathIsOneGet checks what each kind of call costs: a call
-// that changes nothing is one GET; a change is a GET, then WATCH, GET and
-// MULTI SET EXEC.
+// that changes nothing is one GET; a change is a GET, then one
+// compare-and-set script.
 func TestBreakersHotPathIsOneGet(t *testing.T) {
 	t.Parallel()
 	client, counter := countingClient(t)
 	b := NewBreakers(client, redistest.Prefix(t))
 	ctx, cfg, now := t.Context(), domain.DefaultBreakerConfig(), time.Now()
+	require.NoError(t, breakerSwap.Load(ctx, client).Err())
+	counter.take()
 
 	ok, _, err := b.Allow(ctx, "s", cfg, now)
 	require.NoError(t, err)
@@ -159,14 +161,14 @@ func TestBreakersHotPathIsOneGet(t *testing.T) {
 
 	_, err = b.Record(ctx, "s", cfg, false, now)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"GET", "WATCH", "GET", "MULTI", "SET", "EXEC"}, counter.take(), "a failure changes the state")
+	assert.Equal(t, []string{"GET", "EVALSHA"}, counter.take(), "a failure changes the state")
 	ok, _, err = b.Allow(ctx, "s", cfg, now)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, []string{"GET"}, counter.take(), "closed breaker with failures, Allow")
 	_, err = b.Record(ctx, "s", cfg, true, now)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"GET", "WATCH", "GET", "MULTI", "DEL", "EXEC"}, counter.take(), "a success after failures deletes the key")
+	assert.Equal(t, []string{"GET", "EVALSHA"}, counter.take(), "a success after failures deletes the key")
 }
 
 // TestBreakersKey checks the key layout, that a closed breaker with no
@@ -244,7 +246,7 @@ func TestBreakerEncoding(t *testing.T) {
 
 // TestBreakersConcurrentWorkers has many workers, each with its own client
 // (as separate processes would), record failures for one subscription on
-// real Redis, so the optimistic transactions really conflict.
+// real Redis, so the compare-and-set writes really conflict.
 func TestBreakersConcurrentWorkers(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)

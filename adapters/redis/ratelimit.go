@@ -65,9 +65,13 @@ func (r *RateLimiter) Take(ctx context.Context, subscriptionID string, perSecond
 	if res.Allowed > 0 {
 		return true, 0, nil
 	}
-	// The script computes in float seconds from TIME's microseconds: round
-	// up to a whole microsecond so that retrying after retryAfter is not
-	// turned away for a rounding error, and never report "now".
-	retryAfter := (res.RetryAfter + time.Microsecond - 1).Truncate(time.Microsecond)
-	return false, max(retryAfter, time.Microsecond), nil
+	return false, rateRetryAfter(res.RetryAfter), nil
+}
+
+// rateRetryAfter is the wait the GCRA script reported, as Take reports it.
+// The script computes in float seconds from TIME's microseconds: round up
+// to a whole microsecond so that retrying after it is not turned away for
+// a rounding error, and never report "now".
+func rateRetryAfter(d time.Duration) time.Duration {
+	return max((d + time.Microsecond - 1).Truncate(time.Microsecond), time.Microsecond)
 }

@@ -1,0 +1,253 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+//go:embed protection_admit.lua
+var protectionAdmitLua string
+
+//go:embed protection_finish.lua
+var protectionFinishLua string
+
+// The Protection scripts run by EVALSHA, falling back to EVAL the first
+// time a server has not seen them.
+var (
+	protectionAdmit  = goredis.NewScript(protectionAdmitLua)
+	protectionFinish = goredis.NewScript(protectionFinishLua)
+)
+
+// ErrProtectionResting is what Protection answers, without asking Redis,
+// for a while after Redis failed: the caller falls back to the separate
+// protections (whose semaphore has a local fallback) at once instead of
+// waiting on an unreachable server for every delivery.
+var ErrProtectionResting = errors.New("redis protection: resting after a failure")
+
+// ProtectionOptions configures a Protection. The zero value is valid.
+type ProtectionOptions struct {
+	// RetryInterval is how long Protection answers ErrProtectionResting
+	// after a call failed, before asking Redis again. 0 means
+	// DefaultFallbackRetryInterval.
+	RetryInterval time.Duration
+	// Timeout bounds each call to Redis, as FallbackOptions.PrimaryTimeout
+	// does for the semaphore: a Redis behind a partition never answers. 0
+	// means DefaultFallbackPrimaryTimeout.
+	Timeout time.Duration
+	// Now is the clock RetryInterval is measured by; nil means time.Now.
+	Now func() time.Time
+}
+
+// Protection is ports.Protection on Redis: the breaker, the rate limit and
+// the semaphore of Breakers, RateLimiter and Semaphore (same keys, same
+// prefix, same semantics, so it shares their state) in one Lua script per
+// Admit and one per Finish. A delivery to a healthy endpoint costs two
+// round trips instead of five (GET, rate EVALSHA, acquire EVALSHA, ZREM,
+// GET).
+//
+// The breaker's transitions stay domain.Breaker's, computed in Go: the
+// scripts handle only what needs no transition (a closed breaker allows; a
+// success on a closed breaker resets it) and otherwise hand the stored
+// value back, for Go to compute the transition and store it with the
+// compare-and-set Breakers uses. That costs an open or half-open breaker,
+// or a failure, one or two round trips more: the rare path.
+//
+// After a failed call it rests for RetryInterval (see ErrProtectionResting).
+// Safe for concurrent use.
+type Protection struct {
+	client   goredis.UniversalClient
+	prefix   string
+	breakers *Breakers
+	opts     ProtectionOptions
+	// restUntil is when to ask Redis again after a failure, Unix ns; 0
+	// while Redis answers.
+	restUntil atomic.Int64
+}
+
+var _ ports.Protection = (*Protection)(nil)
+
+// NewProtection returns a Protection on the keys Breakers, RateLimiter and
+// Semaphore made with the same prefix use ("" means DefaultPrefix). The
+// caller owns client and closes it. A nil client or a prefix with '{' or
+// '}' is a programming error and panics.
+func NewProtection(client goredis.UniversalClient, prefix string, opts ProtectionOptions) *Protection {
+	prefix = checkedPrefix("protection", client, prefix)
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = DefaultFallbackRetryInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultFallbackPrimaryTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Protection{client: client, prefix: prefix, breakers: NewBreakers(client, prefix), opts: opts}
+}
+
+// keys are the subscription's breaker, rate and lease keys, those of
+// Breakers, RateLimiter (with redis_rate's "rate:") and Semaphore.
+func (p *Protection) keys(subscriptionID string) (breaker, rate, inflight string) {
+	tag := "{sub:" + subscriptionID + "}"
+	return p.prefix + tag + ":breaker", "rate:" + p.prefix + tag + ":rate", p.prefix + tag + ":inflight"
+}
+
+// Admit asks the three protections in one script; see ports.Protection.
+// Bad arguments (a rate or limit below 1, an empty holder, a lease of 0)
+// are errors, as for the separate ports.
+func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
+	if req.PerSecond < 1 {
+		return ports.Admitted{}, fmt.Errorf("redis protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
+	}
+	if err := checkSemaphoreArgs(req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease); err != nil {
+		return ports.Admitted{}, fmt.Errorf("redis protection: %w", err)
+	}
+	if err := p.resting(); err != nil {
+		return ports.Admitted{}, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	admitted, err := p.admit(callCtx, req)
+	if err != nil {
+		p.failed(ctx)
+		return ports.Admitted{}, fmt.Errorf("redis protection: admit %s for %s: %w", req.Holder, req.SubscriptionID, err)
+	}
+	p.recovered()
+	return admitted, nil
+}
+
+func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
+	breakerKey, rateKey, inflightKey := p.keys(req.SubscriptionID)
+	keys := []string{breakerKey, rateKey, inflightKey}
+	ttlMS := (req.Lease + time.Millisecond - 1).Milliseconds()
+	args := []any{RateBurst(req.PerSecond), req.PerSecond, 1, req.Holder, req.MaxInFlight, ttlMS, "0"}
+	res, err := protectionAdmit.Run(ctx, p.client, keys, args...).Slice()
+	if err != nil {
+		return ports.Admitted{}, interpretError(err)
+	}
+	if len(res) == 0 {
+		return ports.Admitted{}, errors.New("admit script answered nothing")
+	}
+	if code, _ := res[0].(int64); code == 0 && len(res) == 2 {
+		// The breaker is open or half-open: its transition in Go, then the
+		// rest of the script without it.
+		stored, _ := res[1].(string)
+		var allowed bool
+		var retryAt time.Time
+		_, err := p.breakers.updateFrom(ctx, breakerKey, stored, req.Now, func(s domain.Breaker) domain.Breaker {
+			next, ok, at := s.Allow(req.Breaker, req.Now)
+			allowed, retryAt = ok, at
+			return next
+		})
+		if err != nil {
+			return ports.Admitted{}, err
+		}
+		if !allowed {
+			return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: retryAt}, nil
+		}
+		args[len(args)-1] = "1"
+		if res, err = protectionAdmit.Run(ctx, p.client, keys, args...).Slice(); err != nil {
+			return ports.Admitted{}, interpretError(err)
+		}
+	}
+	return admitResult(res)
+}
+
+// admitResult reads protection_admit.lua's answer once the breaker passed.
+func admitResult(res []any) (ports.Admitted, error) {
+	if len(res) == 0 {
+		return ports.Admitted{}, errors.New("admit script answered nothing")
+	}
+	code, _ := res[0].(int64)
+	switch {
+	case code == 1:
+		return ports.Admitted{}, nil
+	case code == 3:
+		return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
+	case code == 2 && len(res) == 2:
+		s, _ := res[1].(string)
+		seconds, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return ports.Admitted{}, fmt.Errorf("admit script answered retry after %q: %w", s, err)
+		}
+		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: rateRetryAfter(time.Duration(seconds * float64(time.Second)))}, nil
+	}
+	return ports.Admitted{}, fmt.Errorf("admit script answered %v", res)
+}
+
+// Finish releases holder's slot and records the result; see
+// ports.Protection.
+func (p *Protection) Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	if err := p.resting(); err != nil {
+		return domain.Breaker{}, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	state, err := p.finish(callCtx, subscriptionID, holder, cfg, success, now)
+	if err != nil {
+		p.failed(ctx)
+		return domain.Breaker{}, fmt.Errorf("redis protection: finish %s for %s: %w", holder, subscriptionID, err)
+	}
+	p.recovered()
+	return state, nil
+}
+
+func (p *Protection) finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	breakerKey, _, inflightKey := p.keys(subscriptionID)
+	ok := "0"
+	if success {
+		ok = "1"
+	}
+	res, err := protectionFinish.Run(ctx, p.client, []string{inflightKey, breakerKey}, holder, ok).Slice()
+	if err != nil {
+		return domain.Breaker{}, interpretError(err)
+	}
+	if len(res) == 1 {
+		if code, _ := res[0].(int64); code == 1 {
+			return domain.Breaker{Phase: domain.BreakerClosed}, nil
+		}
+	}
+	if len(res) != 2 {
+		return domain.Breaker{}, fmt.Errorf("finish script answered %v", res)
+	}
+	stored, _ := res[1].(string)
+	return p.breakers.updateFrom(ctx, breakerKey, stored, now, func(s domain.Breaker) domain.Breaker {
+		return s.Record(cfg, success, now)
+	})
+}
+
+// resting returns ErrProtectionResting while a failure is recent.
+func (p *Protection) resting() error {
+	until := p.restUntil.Load()
+	if until != 0 && p.opts.Now().UnixNano() < until {
+		return ErrProtectionResting
+	}
+	return nil
+}
+
+// recovered ends a rest, if one was on (a load before the store keeps the
+// hot path from writing a shared cache line on every call).
+func (p *Protection) recovered() {
+	if p.restUntil.Load() != 0 {
+		p.restUntil.Store(0)
+	}
+}
+
+// failed starts a rest, unless the failure came from the caller's own
+// context ending (parent), which says nothing about Redis. A call that ran
+// out of Timeout does count: Redis did not answer in time.
+func (p *Protection) failed(parent context.Context) {
+	if parent.Err() != nil {
+		return
+	}
+	p.restUntil.Store(p.opts.Now().Add(p.opts.RetryInterval).UnixNano())
+}

@@ -1,0 +1,196 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/protectiontest"
+)
+
+// protectionSet is a Protection and the separate ports on one client and
+// prefix, as bootstrap builds them.
+func protectionSet(client goredis.UniversalClient, prefix string) protectiontest.ProtectionSet {
+	return protectiontest.ProtectionSet{
+		Protection: NewProtection(client, prefix, ProtectionOptions{}),
+		Breakers:   NewBreakers(client, prefix),
+		Limiter:    NewRateLimiter(client, prefix),
+		Semaphore:  NewSemaphore(client, prefix),
+	}
+}
+
+// TestProtection runs the suite on real Redis in real time.
+func TestProtection(t *testing.T) {
+	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+		client, prefix := redistest.Client(t), redistest.Prefix(t)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			assert.NoError(t, redistest.DeleteKeys(ctx, client, "rate:"+prefix))
+		})
+		return protectionSet(client, prefix)
+	}, protectiontest.Features{RateBurst: RateBurst})
+}
+
+// TestProtectionMiniredis runs the suite on miniredis, whose Lua runs the
+// scripts (as `dispatch dev` would).
+func TestProtectionMiniredis(t *testing.T) {
+	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+		_, client := redistest.Mini(t)
+		return protectionSet(client, "")
+	}, protectiontest.Features{RateBurst: RateBurst})
+}
+
+// TestProtectionRoundTrips checks what a healthy delivery costs: one
+// script to admit and one to finish; and that the rare paths add only the
+// breaker's compare-and-set.
+func TestProtectionRoundTrips(t *testing.T) {
+	t.Parallel()
+	client, counter := countingClient(t)
+	prefix := redistest.Prefix(t)
+	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
+	p := NewProtection(client, prefix, ProtectionOptions{})
+	ctx, cfg, now := t.Context(), domain.DefaultBreakerConfig(), time.Now()
+	for _, s := range []*goredis.Script{protectionAdmit, protectionFinish, breakerSwap} {
+		require.NoError(t, s.Load(ctx, client).Err())
+	}
+	counter.take()
+	req := ports.Admission{SubscriptionID: "s", Holder: "h", Breaker: cfg, Now: now, PerSecond: 100, MaxInFlight: 10, Lease: time.Minute}
+
+	res, err := p.Admit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, ports.RefusedByNone, res.Refused)
+	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "closed breaker: Admit")
+	_, err = p.Finish(ctx, "s", "h", cfg, true, now)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "closed breaker: Finish a success")
+
+	_, err = p.Admit(ctx, req)
+	require.NoError(t, err)
+	counter.take()
+	state, err := p.Finish(ctx, "s", "h", cfg, false, now)
+	require.NoError(t, err)
+	assert.Equal(t, 1, state.Failures)
+	assert.Equal(t, []string{"EVALSHA", "EVALSHA"}, counter.take(), "a failure: Finish, then the breaker's compare-and-set")
+
+	_, err = p.Admit(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "closed breaker with failures: Admit")
+	_, err = p.Finish(ctx, "s", "h", cfg, true, now)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "a success resets the failures in the script")
+
+	b := NewBreakers(client, prefix)
+	for range cfg.FailureThreshold {
+		_, err := b.Record(ctx, "s", cfg, false, now)
+		require.NoError(t, err)
+	}
+	counter.take()
+	res, err = p.Admit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, ports.RefusedByBreaker, res.Refused)
+	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "open breaker: the script hands it back, no write")
+	req.Now = now.Add(cfg.OpenDuration)
+	res, err = p.Admit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, ports.RefusedByNone, res.Refused)
+	assert.Equal(t, []string{"EVALSHA", "EVALSHA", "EVALSHA"}, counter.take(), "a probe: the script, the breaker's compare-and-set, the script without the breaker")
+}
+
+// TestProtectionKeys checks that Protection uses the separate ports' keys,
+// all in the subscription's hash tag.
+func TestProtectionKeys(t *testing.T) {
+	t.Parallel()
+	p := NewProtection(redistest.Client(t), "pfx:", ProtectionOptions{})
+	breaker, rate, inflight := p.keys("sub_1")
+	assert.Equal(t, NewBreakers(redistest.Client(t), "pfx:").key("sub_1"), breaker)
+	assert.Equal(t, "rate:"+NewRateLimiter(redistest.Client(t), "pfx:").key("sub_1"), rate)
+	assert.Equal(t, NewSemaphore(redistest.Client(t), "pfx:").key("sub_1"), inflight)
+	for _, k := range []string{breaker, rate, inflight} {
+		assert.Contains(t, k, "{sub:sub_1}")
+		assert.Equal(t, 1, strings.Count(k, "{"), "one hash tag in %q", k)
+	}
+}
+
+// TestProtectionRestsAfterFailure checks that an unreachable Redis costs
+// one failed call per RetryInterval, not one per delivery, and that bad
+// arguments and the caller's own cancelled context do not count.
+func TestProtectionRestsAfterFailure(t *testing.T) {
+	t.Parallel()
+	mr, client := redistest.Mini(t)
+	clock := &fakeClock{now: time.Now()}
+	p := NewProtection(client, "", ProtectionOptions{RetryInterval: time.Minute, Timeout: time.Second, Now: clock.Now})
+	req := ports.Admission{SubscriptionID: "s", Holder: "h", Breaker: domain.DefaultBreakerConfig(), Now: clock.Now(), PerSecond: 10, MaxInFlight: 1, Lease: time.Minute}
+
+	bad := req
+	bad.MaxInFlight = 0
+	_, err := p.Admit(t.Context(), bad)
+	require.Error(t, err)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = p.Admit(cancelled, req)
+	require.Error(t, err)
+	res, err := p.Admit(t.Context(), req)
+	require.NoError(t, err, "neither a bad argument nor a cancelled caller makes it rest")
+	require.Equal(t, ports.RefusedByNone, res.Refused)
+
+	mr.SetError("unreachable")
+	_, err = p.Admit(t.Context(), req)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrProtectionResting)
+	mr.SetError("")
+	_, err = p.Admit(t.Context(), req)
+	require.ErrorIs(t, err, ErrProtectionResting, "Redis is not asked again before RetryInterval")
+	_, err = p.Finish(t.Context(), "s", "h", req.Breaker, true, req.Now)
+	require.ErrorIs(t, err, ErrProtectionResting)
+
+	clock.Advance(time.Minute)
+	_, err = p.Finish(t.Context(), "s", "h", req.Breaker, true, req.Now)
+	require.NoError(t, err, "after RetryInterval Redis is asked again")
+}
+
+// BenchmarkDeliveryProtectionCombined is the per-delivery sequence of
+// BenchmarkDeliveryProtectionSeparate through Protection: Admit, then
+// Finish.
+func BenchmarkDeliveryProtectionCombined(b *testing.B) {
+	benchmarkCombined(b, func(int) bool { return true })
+}
+
+// BenchmarkDeliveryProtectionCombinedFailing is
+// BenchmarkDeliveryProtectionSeparateFailing through Protection.
+func BenchmarkDeliveryProtectionCombinedFailing(b *testing.B) {
+	benchmarkCombined(b, func(i int) bool { return i%3 != 0 })
+}
+
+func benchmarkCombined(b *testing.B, success func(i int) bool) {
+	client, prefix := redistest.Client(b), redistest.Prefix(b)
+	b.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
+	p := NewProtection(client, prefix, ProtectionOptions{})
+	ctx, cfg := b.Context(), domain.DefaultBreakerConfig()
+	i := 0
+	for b.Loop() {
+		holder := "h" + strconv.Itoa(i)
+		ok := success(i)
+		i++
+		now := time.Now()
+		res, err := p.Admit(ctx, ports.Admission{
+			SubscriptionID: "s", Holder: holder, Breaker: cfg, Now: now,
+			PerSecond: domain.MaxRateLimit, MaxInFlight: domain.DefaultMaxInFlight, Lease: time.Minute,
+		})
+		if err != nil || res.Refused == ports.RefusedBySemaphore || res.Refused == ports.RefusedByBreaker {
+			b.Fatal("admit", res, err)
+		}
+		if _, err := p.Finish(ctx, "s", holder, cfg, ok, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
