@@ -47,7 +47,7 @@ func BenchmarkDeliveryProtectionSeparate(b *testing.B) {
 	}
 }
 
-// BenchmarkDeliveryProtectionFailing is the same sequence for an endpoint
+// BenchmarkDeliveryProtectionSeparateFailing is the same sequence for an endpoint
 // that fails now and then (one request in three, never enough in a row to
 // open the circuit): each failure changes the breaker, and the next success
 // resets it.
