@@ -85,18 +85,45 @@ func NewEvent(in NewEventInput, now time.Time) (Event, error) {
 
 // WebhookPayload is the body of every webhook request: SPEC §3's
 // {"id","type","source","timestamp","data"} with timestamp in RFC 3339.
+// Data goes in byte for byte as stored: it was validated and compacted when
+// the event was created (NewEvent), so it is neither parsed nor re-escaped
+// here, once per attempt.
 func (e Event) WebhookPayload() []byte {
-	body, err := json.Marshal(struct {
-		ID        string          `json:"id"`
-		Type      string          `json:"type"`
-		Source    string          `json:"source"`
-		Timestamp string          `json:"timestamp"`
-		Data      json.RawMessage `json:"data"`
-	}{e.ID, e.Type, e.Source, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.Data})
-	if err != nil {
-		// Data was validated as JSON when the event was created; a failure
-		// here means a store handed back corrupted data.
-		panic("domain: event " + e.ID + " has invalid data: " + err.Error())
+	var ts [len(time.RFC3339Nano)]byte
+	stamp := e.CreatedAt.UTC().AppendFormat(ts[:0], time.RFC3339Nano)
+	b := make([]byte, 0, len(e.Data)+len(e.ID)+len(e.Type)+len(e.Source)+len(stamp)+64)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, e.ID)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, e.Type)
+	b = append(b, `,"source":`...)
+	b = appendJSONString(b, e.Source)
+	b = append(b, `,"timestamp":"`...)
+	b = append(b, stamp...)
+	b = append(b, `","data":`...)
+	if len(e.Data) == 0 {
+		b = append(b, "null"...) // never made by NewEvent
 	}
-	return body
+	b = append(b, e.Data...)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it.
+func appendJSONString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	if plain { // ids and types always are
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	quoted, err := json.Marshal(s)
+	if err != nil {
+		panic("domain: a string always marshals: " + err.Error())
+	}
+	return append(b, quoted...)
 }

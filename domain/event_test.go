@@ -63,6 +63,20 @@ func TestWebhookPayloadIsTheSpecEnvelope(t *testing.T) {
 	}
 }
 
+func TestWebhookPayloadCarriesDataAsStored(t *testing.T) {
+	t.Parallel()
+	ev, err := NewEvent(NewEventInput{Type: "a.b", Source: `<"shop" & co>`, Data: json.RawMessage(`{"html":"<b>&amp;</b>","é":"\u00e9","n":1.50}`)},
+		time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"` + ev.ID + `","type":"a.b","source":"\u003c\"shop\" \u0026 co\u003e","timestamp":"2026-05-06T07:08:09Z",` +
+		`"data":{"html":"<b>&amp;</b>","é":"\u00e9","n":1.50}}`
+	if got := string(ev.WebhookPayload()); got != want {
+		t.Errorf("payload =\n%s\nwant\n%s", got, want)
+	}
+}
+
 func FuzzNewEventData(f *testing.F) {
 	for _, seed := range []string{`{}`, `{"a":1}`, `[]`, `"x"`, `{"a":`, ` {"b":[1,{"c":null}]} `, "{\"\\u0000\":1}"} {
 		f.Add(seed)
@@ -76,8 +90,15 @@ func FuzzNewEventData(f *testing.F) {
 		if err := json.Unmarshal(ev.Data, &obj); err != nil {
 			t.Fatalf("accepted data %q is not an object: %v", data, err)
 		}
-		if !json.Valid(ev.WebhookPayload()) {
-			t.Fatalf("payload of %q is not JSON", data)
+		var payload struct {
+			ID, Type, Source string
+			Data             json.RawMessage
+		}
+		if err := json.Unmarshal(ev.WebhookPayload(), &payload); err != nil {
+			t.Fatalf("payload of %q is not JSON: %v", data, err)
+		}
+		if payload.ID != ev.ID || payload.Type != ev.Type || string(payload.Data) != string(ev.Data) {
+			t.Fatalf("payload of %q = %+v, want the event's fields and its data as stored", data, payload)
 		}
 	})
 }
