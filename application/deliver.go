@@ -145,12 +145,11 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 		Duration:       res.Duration,
 		CreatedAt:      finished,
 	}
-	inLine, err := uc.Deliveries.RecordAttempt(keep, next, attempt)
-	if err != nil {
-		return Attempted{}, fmt.Errorf("record attempt %d of delivery %s: %w", attempt.Number, d.ID, err)
-	}
-	uc.enqueue(keep, inLine)
 	if out.Kind == domain.OutcomeGone {
+		// Disabled before the attempt is stored, so whoever sees the
+		// delivery dead (or its event failed) sees the subscription
+		// disabled too. If the attempt is then lost, the delivery is
+		// dead-lettered on its next claim: the subscription is disabled.
 		_, err := uc.Subscriptions.UpdateSubscription(keep, sub.ID, func(s *domain.Subscription) error {
 			s.Active = false
 			s.DisabledReason = domain.DisabledGone
@@ -161,6 +160,11 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 			return Attempted{}, fmt.Errorf("disable subscription %s after 410: %w", sub.ID, err)
 		}
 	}
+	inLine, err := uc.Deliveries.RecordAttempt(keep, next, attempt)
+	if err != nil {
+		return Attempted{}, fmt.Errorf("record attempt %d of delivery %s: %w", attempt.Number, d.ID, err)
+	}
+	uc.enqueue(keep, inLine)
 	report.Delivery, report.Attempt, report.Outcome = next, attempt, out
 	return report, nil
 }

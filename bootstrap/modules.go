@@ -147,7 +147,7 @@ var coreModule = fx.Module("core",
 		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{
 				Deliveries: store, Subscriptions: store, Sender: sender, Queue: queue, Clock: clock,
-				Breakers: p.Breakers, Limiter: p.Limiter, Semaphore: p.Semaphore,
+				Breakers: p.Breakers, Limiter: p.Limiter, Semaphore: p.Semaphore, Protection: p.Protection,
 				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
 			}
 		},
@@ -173,10 +173,13 @@ type protections struct {
 	Breakers  ports.Breakers
 	Limiter   ports.RateLimiter
 	Semaphore ports.Semaphore
+	// Protection asks all three in one round trip; the three above serve
+	// when it is nil or unreachable.
+	Protection ports.Protection
 }
 
 func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
-	ports.Breakers, ports.RateLimiter, ports.Semaphore,
+	ports.Breakers, ports.RateLimiter, ports.Semaphore, ports.Protection,
 ) {
 	semaphore := redis.NewFallbackSemaphore(
 		redis.NewSemaphore(client, cfg.RedisKeyPrefix),
@@ -188,7 +191,8 @@ func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger
 			},
 			OnRecover: func() { log.Info("Redis semaphore reachable again") },
 		})
-	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore
+	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore,
+		redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
 }
 
 // newSender and newGuard apply the same SSRF policy: the guard when a

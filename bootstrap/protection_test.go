@@ -205,6 +205,11 @@ func TestSemaphoreFallsBackWhenRedisIsUnreachable(t *testing.T) {
 	c.start(bootstrap.RoleWorker, fx.Decorate(func(ports.Semaphore) ports.Semaphore {
 		return redis.NewFallbackSemaphore(redis.NewSemaphore(dead, "x:"), memory.NewSemaphore(memory.SemaphoreOptions{}),
 			redis.FallbackOptions{OnFallback: func(error) { fellBack.Add(1) }})
+	}), fx.Decorate(func(ports.Protection) ports.Protection {
+		// The combined check would reach the live Redis; this test is
+		// about the separate semaphore's fallback, which serves when the
+		// combined check cannot.
+		return nil
 	}))
 	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
