@@ -277,3 +277,40 @@ func BenchmarkQueuePublish(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "entries/s")
 }
+
+// BenchmarkQueueConsume measures the consuming side: reading entries
+// through a consumer group, 100 at a time, and acknowledging them in one
+// XACK (what the Consumer's ack batcher does under load).
+func BenchmarkQueueConsume(b *testing.B) {
+	client := redistest.Client(b)
+	opts := DefaultQueueOptions()
+	opts.Prefix = redistest.Prefix(b)
+	q := newTestQueue(b, client, opts)
+	ctx := b.Context()
+	const batch = 100
+	bodies := make([]string, batch)
+	for i := range bodies {
+		bodies[i] = "dlv_01J0000000000000000000000" + strconv.Itoa(i)
+	}
+	read := 0
+	for b.Loop() {
+		b.StopTimer()
+		if err := q.Publish(ctx, "bench", bodies...); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		msgs, err := q.Read(ctx, "bench", "workers", "w1", batch, time.Second)
+		if err != nil || len(msgs) != batch {
+			b.Fatalf("read %d entries, %v; want %d", len(msgs), err, batch)
+		}
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		if err := q.Ack(ctx, "bench", "workers", ids...); err != nil {
+			b.Fatal(err)
+		}
+		read += len(msgs)
+	}
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "entries/s")
+}
