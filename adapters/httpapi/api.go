@@ -49,11 +49,17 @@ type handlers struct {
 	accepted      func()
 	log           *slog.Logger
 	maxEventBytes int64
+	// slowPublish turns the publish fast path off (tests compare the two).
+	slowPublish bool
 }
 
 // New registers every operation on mux and returns the huma API (for the
 // OpenAPI document).
 func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API {
+	return newAPI(mux, cfg, uc, log, false)
+}
+
+func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowPublish bool) huma.API {
 	hc := huma.DefaultConfig("Dispatch", cfg.Version)
 	hc.Info.Description = "Dispatch delivers events to subscribed HTTPS endpoints: signed (Standard Webhooks), " +
 		"retried, rate-limited, ordered where asked, and never lost."
@@ -65,7 +71,7 @@ func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API
 	api := humago.New(mux, hc)
 	h := &handlers{
 		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, accepted: uc.EventAccepted,
-		log: log, maxEventBytes: cfg.MaxEventBytes,
+		log: log, maxEventBytes: cfg.MaxEventBytes, slowPublish: slowPublish,
 	}
 	if h.maxEventBytes <= 0 {
 		h.maxEventBytes = DefaultMaxEventBytes
