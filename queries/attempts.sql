@@ -162,3 +162,148 @@ WITH updated AS (
 )
 SELECT updated.event_id, updated.subscription_id, updated.ordering_key
 FROM updated;
+
+-- name: ClaimDeliveries :many
+-- ClaimDelivery for a group commit of concurrent claims (see
+-- Store.ClaimDelivery): row i of the zipped arrays claims delivery
+-- @ids[i] at @nows[i] with lease margin @lease_margins[i], with exactly
+-- ClaimDelivery's predicate and lease, and the claimed rows come back with
+-- their event and subscription, in no particular order (the caller matches
+-- them by id). An id must appear at most once: the caller sends each once.
+--
+-- Rows are locked as the UPDATE reaches them, in the order of @ids (a
+-- nested loop from the array over deliveries_pkey), which the caller sorts,
+-- so that concurrent batches sharing rows (another worker's claims,
+-- RecordAttempts, ReleaseDeliveries) lock them in one order. The
+-- subscription's timeout is a scalar subquery, not a join, so that no join
+-- order decides the locking order. Locking in id order explicitly first
+-- (WHERE id IN (SELECT … ORDER BY id FOR UPDATE)) cost a second pass
+-- over every row and a lock record per row: claim+record fell from 9,560
+-- to 7,750 deliveries/s on a quiet 2-core box and by half on a busy one;
+-- should a plan ever lock out of order and two batches deadlock,
+-- PostgreSQL aborts one and the caller writes it again. A row changed
+-- meanwhile is re-checked against the predicate on its committed version,
+-- as in ClaimDelivery.
+WITH wanted AS (
+    SELECT
+        unnest(@ids::text[]) AS id,
+        unnest(@nows::timestamptz[]) AS claimed_at,
+        unnest(@lease_margins::interval[]) AS lease_margin
+), claimed AS (
+    UPDATE deliveries SET
+        status = 'delivering',
+        next_attempt_at = wanted.claimed_at + (
+            SELECT subscriptions.timeout FROM subscriptions
+            WHERE subscriptions.id = deliveries.subscription_id
+        ) + wanted.lease_margin,
+        updated_at = wanted.claimed_at
+    FROM wanted
+    WHERE deliveries.id = wanted.id
+      AND deliveries.status IN ('pending', 'retrying', 'delivering')
+      AND deliveries.next_attempt_at <= wanted.claimed_at
+      AND (deliveries.ordering_key = '' OR (
+          NOT EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = deliveries.subscription_id
+                AND earlier.ordering_key = deliveries.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < deliveries.event_id
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < deliveries.event_id
+          )
+      ))
+    RETURNING deliveries.*
+)
+SELECT
+    claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
+    claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
+    claimed.last_error, claimed.reason, claimed.ordering_key,
+    claimed.created_at, claimed.updated_at,
+    sqlc.embed(events), sqlc.embed(subscriptions)
+FROM claimed
+JOIN events ON events.id = claimed.event_id
+JOIN subscriptions ON subscriptions.id = claimed.subscription_id;
+
+-- name: RecordAttempts :many
+-- RecordAttempt for a group commit of concurrent outcomes (see
+-- Store.RecordAttempt): row i of the zipped arrays is one delivery's new
+-- state and its attempt; a status code of 0 stores NULL (no response). It
+-- returns, per delivery stored, its id and stored event, subscription and
+-- ordering key; a delivery that does not exist is not returned. An id must
+-- appear at most once: the caller sends each once, in id order, which is
+-- the order rows are locked in (see ClaimDeliveries). The statement writes
+-- every row or none: an attempt that exists already (a fenced worker)
+-- fails it all.
+WITH outcome AS (
+    SELECT
+        unnest(@ids::text[]) AS id,
+        unnest(@statuses::text[]) AS status,
+        unnest(@attempts::integer[]) AS attempts,
+        unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at,
+        unnest(@last_status_codes::integer[]) AS last_status_code,
+        unnest(@last_errors::text[]) AS last_error,
+        unnest(@reasons::text[]) AS reason,
+        unnest(@updated_ats::timestamptz[]) AS updated_at,
+        unnest(@attempt_numbers::integer[]) AS attempt,
+        unnest(@status_codes::integer[]) AS status_code,
+        unnest(@response_bodies::bytea[]) AS response_body,
+        unnest(@errors::text[]) AS error,
+        unnest(@durations::interval[]) AS duration,
+        unnest(@attempt_created_ats::timestamptz[]) AS attempt_created_at
+), updated AS (
+    UPDATE deliveries SET
+        status = outcome.status,
+        attempts = outcome.attempts,
+        next_attempt_at = outcome.next_attempt_at,
+        last_status_code = NULLIF(outcome.last_status_code, 0),
+        last_error = outcome.last_error,
+        reason = outcome.reason,
+        enqueued_at = NULL,
+        updated_at = outcome.updated_at
+    FROM outcome
+    WHERE deliveries.id = outcome.id
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
+), inserted AS (
+    INSERT INTO attempts (
+        delivery_id, subscription_id, attempt, status_code, response_body,
+        error, duration, created_at
+    )
+    SELECT
+        updated.id, updated.subscription_id, outcome.attempt,
+        NULLIF(outcome.status_code, 0), outcome.response_body, outcome.error,
+        outcome.duration, outcome.attempt_created_at
+    FROM updated
+    JOIN outcome ON outcome.id = updated.id
+)
+-- inserted runs to completion though nothing reads it, as every
+-- data-modifying WITH query does, and inserts a row per updated row or
+-- fails the statement.
+SELECT updated.id, updated.event_id, updated.subscription_id, updated.ordering_key
+FROM updated;
+
+-- name: ReleaseDeliveries :many
+-- ReleaseDelivery for a group commit of concurrent releases (see
+-- Store.ReleaseDelivery), as RecordAttempts without the attempts.
+WITH released AS (
+    SELECT
+        unnest(@ids::text[]) AS id,
+        unnest(@statuses::text[]) AS status,
+        unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at,
+        unnest(@reasons::text[]) AS reason,
+        unnest(@last_errors::text[]) AS last_error,
+        unnest(@updated_ats::timestamptz[]) AS updated_at
+)
+UPDATE deliveries SET
+    status = released.status,
+    next_attempt_at = released.next_attempt_at,
+    reason = released.reason,
+    last_error = released.last_error,
+    enqueued_at = NULL,
+    updated_at = released.updated_at
+FROM released
+WHERE deliveries.id = released.id
+RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key;

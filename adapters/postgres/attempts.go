@@ -4,41 +4,129 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-// ClaimDelivery implements ports.DeliveryStore: one statement leases the
-// delivery and reads its event and subscription, and holds back an ordered
-// delivery that is not first in line. Only when nothing was claimed does a
-// second statement (HoldDelivery) tell "does not exist" from "not
-// claimable", and clear the enqueued mark of a held delivery.
+// The worker's statements — claim, record an attempt, release — are
+// group-committed like CreateEvent's inserts: each worker goroutine makes
+// one call per delivery, and concurrent calls of one kind share one
+// statement (ClaimDeliveries, RecordAttempts, ReleaseDeliveries), so one
+// round trip and one commit per batch instead of per delivery. Per-call
+// overhead (parse/bind/execute, commit, a backend wake-up), not the rows'
+// work, is what capped the worker on a busy 2-core box.
+//
+// Each caller still gets its own outcome, exactly as with a statement of
+// its own: rows are matched back to callers by delivery id, a delivery
+// named twice in one batch is sent once (the later calls see the first
+// one's effect, as if they had come after it), and a statement PostgreSQL
+// rejects for one row's content is written again row by row (see
+// writeOutcomes). A caller whose ctx ends while it waits for its batch
+// returns ctx's error at once; as with CreateEvent, its row may still be
+// written if its batch was already under way.
+
+// workerBatchers are a Store's group commits of the worker's statements.
+type workerBatchers struct {
+	claims   *groupcommit.Batcher[*claimCall]
+	attempts *groupcommit.Batcher[*outcomeCall[sqlcgen.RecordAttemptParams]]
+	releases *groupcommit.Batcher[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]
+}
+
+// batchersOf holds each Store's workerBatchers, made on first use, until
+// Store has a field for them (New then makes them like the events
+// batcher). A batcher starts no goroutine, so an entry is only memory: one
+// per Store, which processes make once.
+var batchersOf sync.Map // *Store → *workerBatchers
+
+// workers returns s's group commits of the worker's statements.
+func (s *Store) workers() *workerBatchers {
+	if b, ok := batchersOf.Load(s); ok {
+		return b.(*workerBatchers)
+	}
+	// A racing first call may build a second set; only one is kept.
+	b, _ := batchersOf.LoadOrStore(s, &workerBatchers{
+		claims:   groupcommit.New(s.claimDeliveries, groupcommit.Limits[*claimCall]{}),
+		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[sqlcgen.RecordAttemptParams]]{}),
+		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]{}),
+	})
+	return b.(*workerBatchers)
+}
+
+// claimCall is one ClaimDelivery in a group commit.
+type claimCall struct {
+	id          string
+	now         time.Time
+	leaseMargin time.Duration
+	// claimed is the claimed row; nil when the delivery was not claimed.
+	// The caller reads it once Commit has returned.
+	claimed *sqlcgen.ClaimDeliveryRow
+}
+
+// ClaimDelivery implements ports.DeliveryStore. Concurrent claims are
+// group-committed: one statement (ClaimDeliveries) leases every delivery
+// of the batch that can be claimed and reads its event and subscription.
+// Only when a delivery was not claimed does a second statement of the
+// caller's own (HoldDelivery) tell "does not exist" from "not claimable",
+// and clear the enqueued mark of a held delivery. Of two calls for one
+// delivery in a batch, the later is not claimed: the earlier leased it.
 func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	c := &claimCall{id: id, now: now, leaseMargin: leaseMargin}
+	if err := s.workers().claims.Commit(ctx, c); err != nil {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, err)
+	}
+	if c.claimed == nil {
+		return ports.Claimed{}, s.notClaimed(ctx, id, now)
+	}
+	return toClaimed(*c.claimed)
+}
+
+// claimAlone is ClaimDelivery without a group commit: one statement of its
+// own (ClaimDelivery). It is how a batch is written again row by row, and
+// what the benchmarks compare the group commit with.
+func (s *Store) claimAlone(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseMargin: interval(leaseMargin)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		refused, err := s.queries.HoldDelivery(ctx, sqlcgen.HoldDeliveryParams{ID: id, Now: now})
-		switch {
-		case err != nil:
-			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
-		case !refused.Found:
-			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
-		case refused.Held:
-			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
-		default:
-			return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
-		}
+		return ports.Claimed{}, s.notClaimed(ctx, id, now)
 	}
 	if err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
 	}
+	return toClaimed(row)
+}
+
+// notClaimed says why delivery id was not claimed (HoldDelivery), holding
+// it back if ordering was the only obstacle.
+func (s *Store) notClaimed(ctx context.Context, id string, now time.Time) error {
+	refused, err := s.queries.HoldDelivery(ctx, sqlcgen.HoldDeliveryParams{ID: id, Now: now})
+	switch {
+	case err != nil:
+		return fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
+	case !refused.Found:
+		return fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
+	case refused.Held:
+		return fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
+	default:
+		return fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
+	}
+}
+
+// toClaimed converts a claimed row.
+func toClaimed(row sqlcgen.ClaimDeliveryRow) (ports.Claimed, error) {
 	sub, err := toSubscription(row.Subscription)
 	if err != nil {
-		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, err)
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", row.ID, err)
 	}
 	return ports.Claimed{
 		Delivery: toDelivery(sqlcgen.Delivery{
@@ -60,14 +148,87 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 	}, nil
 }
 
-// RecordAttempt implements ports.DeliveryStore. The delivery update and the
-// attempt insert are one statement; a terminal outcome of an ordered
-// delivery also finds the next in line (see storeOutcome).
+// claimDeliveries is the groupcommit.WriteFunc of claims: one
+// ClaimDeliveries statement for the batch, each delivery named once (the
+// first call for it gets the claim). A statement rejected for a row's
+// content (SQLSTATE class 22 or 23, say a lease beyond the timestamp
+// range) wrote nothing and is written again row by row, so only the
+// guilty caller fails; any other failure is every caller's.
+func (s *Store) claimDeliveries(ctx context.Context, batch []*claimCall, errs []error) {
+	first := make(map[string]*claimCall, len(batch))
+	for _, c := range batch {
+		if _, named := first[c.id]; !named {
+			first[c.id] = c
+		}
+	}
+	// In id order: the order the statement locks rows in.
+	ids := slices.Sorted(maps.Keys(first))
+	p := sqlcgen.ClaimDeliveriesParams{
+		Ids:          ids,
+		Nows:         make([]time.Time, len(ids)),
+		LeaseMargins: make([]pgtype.Interval, len(ids)),
+	}
+	for i, id := range ids {
+		p.Nows[i], p.LeaseMargins[i] = first[id].now, interval(first[id].leaseMargin)
+	}
+	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.queries.ClaimDeliveries(ctx, p) })
+	switch {
+	case err == nil:
+		for _, row := range rows {
+			claimed := sqlcgen.ClaimDeliveryRow(row)
+			first[row.ID].claimed = &claimed
+		}
+	case rowRejected(err):
+		for i, c := range batch {
+			if first[c.id] != c {
+				continue // not claimed: its first call is
+			}
+			row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: c.id, Now: c.now, LeaseMargin: interval(c.leaseMargin)})
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				errs[i] = interpretError(err)
+			default:
+				c.claimed = &row
+			}
+		}
+	default:
+		for i := range batch {
+			errs[i] = fmt.Errorf("batch claim of %d deliveries: %w", len(p.Ids), interpretError(err))
+		}
+	}
+}
+
+// RecordAttempt implements ports.DeliveryStore. Concurrent calls are
+// group-committed: one statement (RecordAttempts) stores every delivery's
+// new state and attempt of the batch. An attempt that exists already (a
+// worker whose lease expired, fenced by the attempts primary key) rejects
+// the whole statement, which is then written again row by row, so that
+// only its caller gets domain.ErrConflict. A terminal outcome of an
+// ordered delivery also finds the next in line (see nextInLine).
 func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
 	}
-	params := sqlcgen.RecordAttemptParams{
+	c := &outcomeCall[sqlcgen.RecordAttemptParams]{id: d.ID, params: recordAttemptParams(d, a)}
+	if err := s.workers().attempts.Commit(ctx, c); err != nil {
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, err)
+	}
+	return s.nextInLine(ctx, d.Status.Terminal(), c.stored), nil
+}
+
+// recordAlone is RecordAttempt without a group commit: one statement of
+// its own (RecordAttempt), for the benchmarks to compare with.
+func (s *Store) recordAlone(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
+	row, err := s.recordAttempt(ctx, recordAttemptParams(d, a))
+	if err != nil {
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
+	}
+	return s.nextInLine(ctx, d.Status.Terminal(), row), nil
+}
+
+func recordAttemptParams(d domain.Delivery, a domain.Attempt) sqlcgen.RecordAttemptParams {
+	return sqlcgen.RecordAttemptParams{
 		ID:               d.ID,
 		Status:           string(d.Status),
 		Attempts:         int32(d.Attempts),
@@ -83,63 +244,232 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 		Duration:         interval(a.Duration),
 		AttemptCreatedAt: a.CreatedAt,
 	}
-	next, err := s.storeOutcome(ctx, d.Status.Terminal(), func(q *sqlcgen.Queries) (outcomeRow, error) {
-		row, err := q.RecordAttempt(ctx, params)
-		return outcomeRow(row), err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
-	}
-	return next, nil
 }
 
-// outcomeRow is what the statements that store a delivery's new state
-// (RecordAttempt, ReleaseDelivery) return: the stored row's event,
-// subscription and ordering key, not the caller's copies.
-type outcomeRow struct {
-	EventID        string
-	SubscriptionID string
-	OrderingKey    string
+// recordAttempt writes one outcome on its own.
+func (s *Store) recordAttempt(ctx context.Context, p sqlcgen.RecordAttemptParams) (outcomeRow, error) {
+	row, err := s.queries.RecordAttempt(ctx, p)
+	return outcomeRow(row), err
 }
 
-// storeOutcome runs write, one statement that stores a delivery's new state
-// and commits on its own. A terminal ordered delivery lets the next of its
-// key go: a second statement (NextInLine), run after the first committed,
-// returns it if it is now first in line. Unordered deliveries, most of
-// them, never run it; nor does anything settle the event, whose status is
-// derived from its deliveries when it is read.
-func (s *Store) storeOutcome(ctx context.Context, terminal bool, write func(q *sqlcgen.Queries) (outcomeRow, error)) (next []string, err error) {
-	row, err := write(s.queries)
-	if err != nil || !terminal || row.OrderingKey == "" {
-		return nil, err
-	}
-	next, err = s.queries.NextInLine(ctx, sqlcgen.NextInLineParams{SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey})
-	if err != nil || len(next) == 0 {
-		// The outcome is stored. A lost lookup costs the next in line only
-		// latency: its enqueued mark was cleared when it was held, so the
-		// scheduler's next scan enqueues it.
-		return nil, nil
-	}
-	return next, nil
+// recordAttempts is the groupcommit.WriteFunc of RecordAttempt.
+func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[sqlcgen.RecordAttemptParams], errs []error) {
+	writeOutcomes(ctx, batch, errs, "record", func(ctx context.Context, ps []sqlcgen.RecordAttemptParams) (map[string]outcomeRow, error) {
+		p := sqlcgen.RecordAttemptsParams{
+			Ids:               make([]string, len(ps)),
+			Statuses:          make([]string, len(ps)),
+			Attempts:          make([]int32, len(ps)),
+			NextAttemptAts:    make([]time.Time, len(ps)),
+			LastStatusCodes:   make([]int32, len(ps)),
+			LastErrors:        make([]string, len(ps)),
+			Reasons:           make([]string, len(ps)),
+			UpdatedAts:        make([]time.Time, len(ps)),
+			AttemptNumbers:    make([]int32, len(ps)),
+			StatusCodes:       make([]int32, len(ps)),
+			ResponseBodies:    make([][]byte, len(ps)),
+			Errors:            make([]string, len(ps)),
+			Durations:         make([]pgtype.Interval, len(ps)),
+			AttemptCreatedAts: make([]time.Time, len(ps)),
+		}
+		for i, r := range ps {
+			p.Ids[i], p.Statuses[i], p.Attempts[i] = r.ID, r.Status, r.Attempts
+			p.NextAttemptAts[i], p.LastErrors[i], p.Reasons[i] = r.NextAttemptAt, r.LastError, r.Reason
+			// 0 stands for NULL, as optionalInt made it.
+			p.LastStatusCodes[i], p.StatusCodes[i] = r.LastStatusCode.Int32, r.StatusCode.Int32
+			p.UpdatedAts[i], p.AttemptNumbers[i] = r.UpdatedAt, r.Attempt
+			p.ResponseBodies[i], p.Errors[i] = nonNil(r.ResponseBody), r.Error
+			p.Durations[i], p.AttemptCreatedAts[i] = r.Duration, r.AttemptCreatedAt
+		}
+		rows, err := s.queries.RecordAttempts(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		stored := make(map[string]outcomeRow, len(rows))
+		for _, row := range rows {
+			stored[row.ID] = outcomeRow{EventID: row.EventID, SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey}
+		}
+		return stored, nil
+	}, s.recordAttempt)
 }
 
-// ReleaseDelivery implements ports.DeliveryStore: one statement, and for a
+// ReleaseDelivery implements ports.DeliveryStore, group-committed like
+// RecordAttempt (one ReleaseDeliveries statement per batch), and for a
 // settlement of an ordered delivery the next in line, as in RecordAttempt.
 func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]string, error) {
-	params := sqlcgen.ReleaseDeliveryParams{
+	c := &outcomeCall[sqlcgen.ReleaseDeliveryParams]{id: d.ID, params: sqlcgen.ReleaseDeliveryParams{
 		ID:            d.ID,
 		Status:        string(d.Status),
 		NextAttemptAt: d.NextAttemptAt,
 		Reason:        d.Reason,
 		LastError:     validText(d.LastError),
 		UpdatedAt:     d.UpdatedAt,
+	}}
+	if err := s.workers().releases.Commit(ctx, c); err != nil {
+		return nil, fmt.Errorf("release delivery %s: %w", d.ID, err)
 	}
-	next, err := s.storeOutcome(ctx, d.Status.Terminal(), func(q *sqlcgen.Queries) (outcomeRow, error) {
-		row, err := q.ReleaseDelivery(ctx, params)
-		return outcomeRow(row), err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("release delivery %s: %w", d.ID, interpretError(err))
+	return s.nextInLine(ctx, d.Status.Terminal(), c.stored), nil
+}
+
+// releaseDelivery writes one release on its own.
+func (s *Store) releaseDelivery(ctx context.Context, p sqlcgen.ReleaseDeliveryParams) (outcomeRow, error) {
+	row, err := s.queries.ReleaseDelivery(ctx, p)
+	return outcomeRow(row), err
+}
+
+// releaseDeliveries is the groupcommit.WriteFunc of ReleaseDelivery.
+func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[sqlcgen.ReleaseDeliveryParams], errs []error) {
+	writeOutcomes(ctx, batch, errs, "release", func(ctx context.Context, ps []sqlcgen.ReleaseDeliveryParams) (map[string]outcomeRow, error) {
+		p := sqlcgen.ReleaseDeliveriesParams{
+			Ids:            make([]string, len(ps)),
+			Statuses:       make([]string, len(ps)),
+			NextAttemptAts: make([]time.Time, len(ps)),
+			Reasons:        make([]string, len(ps)),
+			LastErrors:     make([]string, len(ps)),
+			UpdatedAts:     make([]time.Time, len(ps)),
+		}
+		for i, r := range ps {
+			p.Ids[i], p.Statuses[i], p.NextAttemptAts[i] = r.ID, r.Status, r.NextAttemptAt
+			p.Reasons[i], p.LastErrors[i], p.UpdatedAts[i] = r.Reason, r.LastError, r.UpdatedAt
+		}
+		rows, err := s.queries.ReleaseDeliveries(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		stored := make(map[string]outcomeRow, len(rows))
+		for _, row := range rows {
+			stored[row.ID] = outcomeRow{EventID: row.EventID, SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey}
+		}
+		return stored, nil
+	}, s.releaseDelivery)
+}
+
+// outcomeCall is one RecordAttempt or ReleaseDelivery in a group commit:
+// the new state of delivery id, as the parameters of its single-row
+// statement.
+type outcomeCall[P any] struct {
+	id     string
+	params P
+	// stored is what the statement returned; the caller reads it once
+	// Commit has returned without an error.
+	stored outcomeRow
+}
+
+// outcomeRow is what the statements that store a delivery's new state
+// (RecordAttempt, ReleaseDelivery and their batches) return: the stored
+// row's event, subscription and ordering key, not the caller's copies.
+type outcomeRow struct {
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
+// writeOutcomes writes a batch of outcomes: the first call for each
+// delivery in one statement (many, which returns the stored rows by
+// delivery id and leaves out deliveries that do not exist), then any later
+// call for a delivery already in the batch on its own (one), after the
+// first, as if it had come in the next batch.
+//
+// When PostgreSQL rejects the statement because of a row's content
+// (rowRejected: an attempt that exists already, a value out of range),
+// nothing was written and the innocent callers must not share the guilty
+// one's error: every call is then written on its own, in batch order, so
+// each gets the outcome of its own row, exactly as without batching. Any
+// other failure (connection lost, ctx ended) gives the statement's callers
+// the same error; their rows may or may not be committed, as with a
+// single-row statement whose reply was lost.
+func writeOutcomes[P any](
+	ctx context.Context, batch []*outcomeCall[P], errs []error, what string,
+	many func(context.Context, []P) (map[string]outcomeRow, error),
+	one func(context.Context, P) (outcomeRow, error),
+) {
+	var firsts, alone []int
+	named := make(map[string]bool, len(batch))
+	for i, c := range batch {
+		if named[c.id] {
+			alone = append(alone, i)
+			continue
+		}
+		named[c.id] = true
+		firsts = append(firsts, i)
 	}
-	return next, nil
+	// In id order: the order the statement locks rows in.
+	slices.SortFunc(firsts, func(i, j int) int { return strings.Compare(batch[i].id, batch[j].id) })
+	params := make([]P, len(firsts))
+	for j, i := range firsts {
+		params[j] = batch[i].params
+	}
+	stored, err := retryDeadlock(func() (map[string]outcomeRow, error) { return many(ctx, params) })
+	switch {
+	case err == nil:
+		for _, i := range firsts {
+			row, ok := stored[batch[i].id]
+			if !ok {
+				errs[i] = domain.ErrNotFound
+				continue
+			}
+			batch[i].stored = row
+		}
+	case rowRejected(err):
+		alone = append(alone, firsts...)
+		slices.Sort(alone)
+	default:
+		for _, i := range firsts {
+			errs[i] = fmt.Errorf("batch %s of %d deliveries: %w", what, len(firsts), interpretError(err))
+		}
+	}
+	for _, i := range alone {
+		row, err := one(ctx, batch[i].params)
+		if err != nil {
+			errs[i] = interpretError(err)
+			continue
+		}
+		batch[i].stored = row
+	}
+}
+
+// maxDeadlockRetries bounds how often a batch is written again after
+// PostgreSQL aborted it to break a deadlock.
+const maxDeadlockRetries = 3
+
+// retryDeadlock runs write again when PostgreSQL aborted it to break a
+// deadlock (SQLSTATE 40P01), which rolled the whole statement back, so
+// nothing of it was written. The batch statements lock their rows in id
+// order with the plans PostgreSQL picks for them, so this takes a plan
+// that does not; the other transaction of the cycle has gone on meanwhile.
+func retryDeadlock[R any](write func() (R, error)) (R, error) {
+	for range maxDeadlockRetries {
+		r, err := write()
+		if !isDeadlock(err) {
+			return r, err
+		}
+	}
+	return write()
+}
+
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == deadlockDetected
+}
+
+// deadlockDetected is the SQLSTATE of a statement aborted to break a
+// deadlock.
+const deadlockDetected = "40P01"
+
+// nextInLine lets the next delivery of an ordered delivery's key go once
+// the delivery is terminal: a statement (NextInLine), run after the outcome
+// committed, returns it if it is now first in line. Unordered deliveries,
+// most of them, never run it; nor does anything settle the event, whose
+// status is derived from its deliveries when it is read.
+func (s *Store) nextInLine(ctx context.Context, terminal bool, row outcomeRow) []string {
+	if !terminal || row.OrderingKey == "" {
+		return nil
+	}
+	next, err := s.queries.NextInLine(ctx, sqlcgen.NextInLineParams{SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey})
+	if err != nil || len(next) == 0 {
+		// The outcome is stored. A lost lookup costs the next in line only
+		// latency: its enqueued mark was cleared when it was held, so the
+		// scheduler's next scan enqueues it.
+		return nil
+	}
+	return next
 }

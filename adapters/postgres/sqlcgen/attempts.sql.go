@@ -12,6 +12,154 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const claimDeliveries = `-- name: ClaimDeliveries :many
+WITH wanted AS (
+    SELECT
+        unnest($1::text[]) AS id,
+        unnest($2::timestamptz[]) AS claimed_at,
+        unnest($3::interval[]) AS lease_margin
+), claimed AS (
+    UPDATE deliveries SET
+        status = 'delivering',
+        next_attempt_at = wanted.claimed_at + (
+            SELECT subscriptions.timeout FROM subscriptions
+            WHERE subscriptions.id = deliveries.subscription_id
+        ) + wanted.lease_margin,
+        updated_at = wanted.claimed_at
+    FROM wanted
+    WHERE deliveries.id = wanted.id
+      AND deliveries.status IN ('pending', 'retrying', 'delivering')
+      AND deliveries.next_attempt_at <= wanted.claimed_at
+      AND (deliveries.ordering_key = '' OR (
+          NOT EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = deliveries.subscription_id
+                AND earlier.ordering_key = deliveries.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < deliveries.event_id
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < deliveries.event_id
+          )
+      ))
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
+)
+SELECT
+    claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
+    claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
+    claimed.last_error, claimed.reason, claimed.ordering_key,
+    claimed.created_at, claimed.updated_at,
+    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
+FROM claimed
+JOIN events ON events.id = claimed.event_id
+JOIN subscriptions ON subscriptions.id = claimed.subscription_id
+`
+
+type ClaimDeliveriesParams struct {
+	Ids          []string
+	Nows         []time.Time
+	LeaseMargins []pgtype.Interval
+}
+
+type ClaimDeliveriesRow struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	Status         string
+	Attempts       int32
+	NextAttemptAt  time.Time
+	LastStatusCode pgtype.Int4
+	LastError      string
+	Reason         string
+	OrderingKey    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Event          Event
+	Subscription   Subscription
+}
+
+// ClaimDelivery for a group commit of concurrent claims (see
+// Store.ClaimDelivery): row i of the zipped arrays claims delivery
+// @ids[i] at @nows[i] with lease margin @lease_margins[i], with exactly
+// ClaimDelivery's predicate and lease, and the claimed rows come back with
+// their event and subscription, in no particular order (the caller matches
+// them by id). An id must appear at most once: the caller sends each once.
+//
+// Rows are locked as the UPDATE reaches them, in the order of @ids (a
+// nested loop from the array over deliveries_pkey), which the caller sorts,
+// so that concurrent batches sharing rows (another worker's claims,
+// RecordAttempts, ReleaseDeliveries) lock them in one order. The
+// subscription's timeout is a scalar subquery, not a join, so that no join
+// order decides the locking order. Locking in id order explicitly first
+// (WHERE id IN (SELECT … ORDER BY id FOR UPDATE)) cost a second pass
+// over every row and a lock record per row: claim+record fell from 9,560
+// to 7,750 deliveries/s on a quiet 2-core box and by half on a busy one;
+// should a plan ever lock out of order and two batches deadlock,
+// PostgreSQL aborts one and the caller writes it again. A row changed
+// meanwhile is re-checked against the predicate on its committed version,
+// as in ClaimDelivery.
+func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams) ([]ClaimDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, claimDeliveries, arg.Ids, arg.Nows, arg.LeaseMargins)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimDeliveriesRow{}
+	for rows.Next() {
+		var i ClaimDeliveriesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.SubscriptionID,
+			&i.Status,
+			&i.Attempts,
+			&i.NextAttemptAt,
+			&i.LastStatusCode,
+			&i.LastError,
+			&i.Reason,
+			&i.OrderingKey,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Event.ID,
+			&i.Event.Type,
+			&i.Event.Source,
+			&i.Event.Data,
+			&i.Event.OrderingKey,
+			&i.Event.IdempotencyKey,
+			&i.Event.FannedOutAt,
+			&i.Event.CreatedAt,
+			&i.Event.EnqueuedAt,
+			&i.Subscription.ID,
+			&i.Subscription.Url,
+			&i.Subscription.EventTypes,
+			&i.Subscription.Description,
+			&i.Subscription.Secret,
+			&i.Subscription.PreviousSecret,
+			&i.Subscription.PreviousSecretExpiresAt,
+			&i.Subscription.Active,
+			&i.Subscription.DisabledReason,
+			&i.Subscription.RateLimit,
+			&i.Subscription.MaxInFlight,
+			&i.Subscription.Timeout,
+			&i.Subscription.RetryPolicy,
+			&i.Subscription.OrderingKey,
+			&i.Subscription.Headers,
+			&i.Subscription.CreatedAt,
+			&i.Subscription.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimDelivery = `-- name: ClaimDelivery :one
 WITH claimed AS (
     UPDATE deliveries SET
@@ -316,6 +464,200 @@ func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (R
 	var i RecordAttemptRow
 	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
 	return i, err
+}
+
+const recordAttempts = `-- name: RecordAttempts :many
+WITH outcome AS (
+    SELECT
+        unnest($1::text[]) AS id,
+        unnest($2::text[]) AS status,
+        unnest($3::integer[]) AS attempts,
+        unnest($4::timestamptz[]) AS next_attempt_at,
+        unnest($5::integer[]) AS last_status_code,
+        unnest($6::text[]) AS last_error,
+        unnest($7::text[]) AS reason,
+        unnest($8::timestamptz[]) AS updated_at,
+        unnest($9::integer[]) AS attempt,
+        unnest($10::integer[]) AS status_code,
+        unnest($11::bytea[]) AS response_body,
+        unnest($12::text[]) AS error,
+        unnest($13::interval[]) AS duration,
+        unnest($14::timestamptz[]) AS attempt_created_at
+), updated AS (
+    UPDATE deliveries SET
+        status = outcome.status,
+        attempts = outcome.attempts,
+        next_attempt_at = outcome.next_attempt_at,
+        last_status_code = NULLIF(outcome.last_status_code, 0),
+        last_error = outcome.last_error,
+        reason = outcome.reason,
+        enqueued_at = NULL,
+        updated_at = outcome.updated_at
+    FROM outcome
+    WHERE deliveries.id = outcome.id
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
+), inserted AS (
+    INSERT INTO attempts (
+        delivery_id, subscription_id, attempt, status_code, response_body,
+        error, duration, created_at
+    )
+    SELECT
+        updated.id, updated.subscription_id, outcome.attempt,
+        NULLIF(outcome.status_code, 0), outcome.response_body, outcome.error,
+        outcome.duration, outcome.attempt_created_at
+    FROM updated
+    JOIN outcome ON outcome.id = updated.id
+)
+SELECT updated.id, updated.event_id, updated.subscription_id, updated.ordering_key
+FROM updated
+`
+
+type RecordAttemptsParams struct {
+	Ids               []string
+	Statuses          []string
+	Attempts          []int32
+	NextAttemptAts    []time.Time
+	LastStatusCodes   []int32
+	LastErrors        []string
+	Reasons           []string
+	UpdatedAts        []time.Time
+	AttemptNumbers    []int32
+	StatusCodes       []int32
+	ResponseBodies    [][]byte
+	Errors            []string
+	Durations         []pgtype.Interval
+	AttemptCreatedAts []time.Time
+}
+
+type RecordAttemptsRow struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
+// RecordAttempt for a group commit of concurrent outcomes (see
+// Store.RecordAttempt): row i of the zipped arrays is one delivery's new
+// state and its attempt; a status code of 0 stores NULL (no response). It
+// returns, per delivery stored, its id and stored event, subscription and
+// ordering key; a delivery that does not exist is not returned. An id must
+// appear at most once: the caller sends each once, in id order, which is
+// the order rows are locked in (see ClaimDeliveries). The statement writes
+// every row or none: an attempt that exists already (a fenced worker)
+// fails it all.
+// inserted runs to completion though nothing reads it, as every
+// data-modifying WITH query does, and inserts a row per updated row or
+// fails the statement.
+func (q *Queries) RecordAttempts(ctx context.Context, arg RecordAttemptsParams) ([]RecordAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, recordAttempts,
+		arg.Ids,
+		arg.Statuses,
+		arg.Attempts,
+		arg.NextAttemptAts,
+		arg.LastStatusCodes,
+		arg.LastErrors,
+		arg.Reasons,
+		arg.UpdatedAts,
+		arg.AttemptNumbers,
+		arg.StatusCodes,
+		arg.ResponseBodies,
+		arg.Errors,
+		arg.Durations,
+		arg.AttemptCreatedAts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RecordAttemptsRow{}
+	for rows.Next() {
+		var i RecordAttemptsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.SubscriptionID,
+			&i.OrderingKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const releaseDeliveries = `-- name: ReleaseDeliveries :many
+WITH released AS (
+    SELECT
+        unnest($1::text[]) AS id,
+        unnest($2::text[]) AS status,
+        unnest($3::timestamptz[]) AS next_attempt_at,
+        unnest($4::text[]) AS reason,
+        unnest($5::text[]) AS last_error,
+        unnest($6::timestamptz[]) AS updated_at
+)
+UPDATE deliveries SET
+    status = released.status,
+    next_attempt_at = released.next_attempt_at,
+    reason = released.reason,
+    last_error = released.last_error,
+    enqueued_at = NULL,
+    updated_at = released.updated_at
+FROM released
+WHERE deliveries.id = released.id
+RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
+`
+
+type ReleaseDeliveriesParams struct {
+	Ids            []string
+	Statuses       []string
+	NextAttemptAts []time.Time
+	Reasons        []string
+	LastErrors     []string
+	UpdatedAts     []time.Time
+}
+
+type ReleaseDeliveriesRow struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	OrderingKey    string
+}
+
+// ReleaseDelivery for a group commit of concurrent releases (see
+// Store.ReleaseDelivery), as RecordAttempts without the attempts.
+func (q *Queries) ReleaseDeliveries(ctx context.Context, arg ReleaseDeliveriesParams) ([]ReleaseDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, releaseDeliveries,
+		arg.Ids,
+		arg.Statuses,
+		arg.NextAttemptAts,
+		arg.Reasons,
+		arg.LastErrors,
+		arg.UpdatedAts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReleaseDeliveriesRow{}
+	for rows.Next() {
+		var i ReleaseDeliveriesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.SubscriptionID,
+			&i.OrderingKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const releaseDelivery = `-- name: ReleaseDelivery :one

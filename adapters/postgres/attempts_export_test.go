@@ -1,0 +1,26 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// ClaimsWaiting and AttemptsWaiting return how many ClaimDelivery and
+// RecordAttempt calls wait for a group commit, so tests can line callers
+// up.
+func ClaimsWaiting(s *Store) int   { return s.workers().claims.Waiting() }
+func AttemptsWaiting(s *Store) int { return s.workers().attempts.Waiting() }
+
+// ClaimDeliveryAlone and RecordAttemptAlone are ClaimDelivery and
+// RecordAttempt with a statement of their own, as before group commit, for
+// the benchmarks to compare with.
+func ClaimDeliveryAlone(ctx context.Context, s *Store, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	return s.claimAlone(ctx, id, now, leaseMargin)
+}
+
+func RecordAttemptAlone(ctx context.Context, s *Store, d domain.Delivery, a domain.Attempt) ([]string, error) {
+	return s.recordAlone(ctx, d, a)
+}
