@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,25 +43,18 @@ type workerBatchers struct {
 	releases *groupcommit.Batcher[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]
 }
 
-// batchersOf holds each Store's workerBatchers, made on first use, until
-// Store has a field for them (New then makes them like the events
-// batcher). A batcher starts no goroutine, so an entry is only memory: one
-// per Store, which processes make once.
-var batchersOf sync.Map // *Store → *workerBatchers
-
-// workers returns s's group commits of the worker's statements.
-func (s *Store) workers() *workerBatchers {
-	if b, ok := batchersOf.Load(s); ok {
-		return b.(*workerBatchers)
-	}
-	// A racing first call may build a second set; only one is kept.
-	b, _ := batchersOf.LoadOrStore(s, &workerBatchers{
+// newWorkerBatchers makes s's group commits of the worker's statements
+// (New calls it, like the events batcher).
+func (s *Store) newWorkerBatchers() workerBatchers {
+	return workerBatchers{
 		claims:   groupcommit.New(s.claimDeliveries, groupcommit.Limits[*claimCall]{}),
 		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[sqlcgen.RecordAttemptParams]]{}),
 		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]{}),
-	})
-	return b.(*workerBatchers)
+	}
 }
+
+// workers returns s's group commits of the worker's statements.
+func (s *Store) workers() *workerBatchers { return &s.worker }
 
 // claimCall is one ClaimDelivery in a group commit.
 type claimCall struct {

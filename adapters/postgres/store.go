@@ -32,12 +32,16 @@ type Store struct {
 	events *groupcommit.Batcher[newEvent]
 	// subscriptions is the copy inline fan-out matches events against.
 	subscriptions subscriptionCache
+	// worker group-commits claims, attempts and releases; see
+	// ClaimDelivery and RecordAttempt.
+	worker workerBatchers
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
 	s.events = s.newEventBatcher(eventWriters)
+	s.worker = s.newWorkerBatchers()
 	return s
 }
 
