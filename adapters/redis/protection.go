@@ -46,6 +46,11 @@ type ProtectionOptions struct {
 	Timeout time.Duration
 	// Now is the clock RetryInterval is measured by; nil means time.Now.
 	Now func() time.Time
+	// Unbatched sends each call's script on a round trip of its own
+	// instead of sharing one with concurrent calls (see Protection): for
+	// comparisons, and for a deployment that would rather trade throughput
+	// for the last microsecond of a lone call's latency.
+	Unbatched bool
 }
 
 // Protection is ports.Protection on Redis: the breaker, the rate limit and
@@ -62,6 +67,13 @@ type ProtectionOptions struct {
 // compare-and-set Breakers uses. That costs an open or half-open breaker,
 // or a failure, one or two round trips more: the rare path.
 //
+// Concurrent calls share round trips: the scripts of the Admit calls that
+// arrive while one pipeline is on its way go together in the next (one
+// write, one read for all of them), and likewise for Finish, so a worker
+// running hundreds of deliveries at once pays a round trip per batch, not
+// per delivery. Each call still gets its own answer (see
+// protectionScript); the breaker's compare-and-set stays one call each.
+//
 // After a failed call it rests for RetryInterval (see ErrProtectionResting).
 // Safe for concurrent use.
 type Protection struct {
@@ -69,6 +81,9 @@ type Protection struct {
 	prefix   string
 	breakers *Breakers
 	opts     ProtectionOptions
+	// admitScript and finishScript run protection_admit.lua and
+	// protection_finish.lua, batching concurrent calls.
+	admitScript, finishScript *protectionScript
 	// restUntil is when to ask Redis again after a failure, Unix ns; 0
 	// while Redis answers.
 	restUntil atomic.Int64
@@ -91,7 +106,14 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Protection{client: client, prefix: prefix, breakers: NewBreakers(client, prefix), opts: opts}
+	return &Protection{
+		client:       client,
+		prefix:       prefix,
+		breakers:     NewBreakers(client, prefix),
+		opts:         opts,
+		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched),
+		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched),
+	}
 }
 
 // keys are the subscription's breaker, rate and lease keys, those of
@@ -130,7 +152,7 @@ func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admi
 	keys := []string{breakerKey, rateKey, inflightKey}
 	ttlMS := (req.Lease + time.Millisecond - 1).Milliseconds()
 	args := []any{RateBurst(req.PerSecond), req.PerSecond, 1, req.Holder, req.MaxInFlight, ttlMS, "0"}
-	res, err := protectionAdmit.Run(ctx, p.client, keys, args...).Slice()
+	res, err := p.admitScript.run(ctx, keys, args)
 	if err != nil {
 		return ports.Admitted{}, interpretError(err)
 	}
@@ -155,7 +177,7 @@ func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admi
 			return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: retryAt}, nil
 		}
 		args[len(args)-1] = "1"
-		if res, err = protectionAdmit.Run(ctx, p.client, keys, args...).Slice(); err != nil {
+		if res, err = p.admitScript.run(ctx, keys, args); err != nil {
 			return ports.Admitted{}, interpretError(err)
 		}
 	}
@@ -207,7 +229,7 @@ func (p *Protection) finish(ctx context.Context, subscriptionID, holder string, 
 	if success {
 		ok = "1"
 	}
-	res, err := protectionFinish.Run(ctx, p.client, []string{inflightKey, breakerKey}, holder, ok).Slice()
+	res, err := p.finishScript.run(ctx, []string{inflightKey, breakerKey}, []any{holder, ok})
 	if err != nil {
 		return domain.Breaker{}, interpretError(err)
 	}

@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,6 +171,84 @@ func BenchmarkDeliveryProtectionCombined(b *testing.B) {
 // BenchmarkDeliveryProtectionSeparateFailing through Protection.
 func BenchmarkDeliveryProtectionCombinedFailing(b *testing.B) {
 	benchmarkCombined(b, func(i int) bool { return i%3 != 0 })
+}
+
+// BenchmarkDeliveryProtectionCombinedParallel is
+// BenchmarkDeliveryProtectionCombined from 64 goroutines at once, as a
+// worker runs deliveries, over 16 subscriptions: what concurrent calls
+// cost when they share round trips. roundtrips/op counts what one delivery
+// (Admit and Finish) sends to Redis: 2 without batching.
+func BenchmarkDeliveryProtectionCombinedParallel(b *testing.B) {
+	benchmarkCombinedParallel(b, ProtectionOptions{})
+}
+
+// BenchmarkDeliveryProtectionCombinedParallelUnbatched is
+// BenchmarkDeliveryProtectionCombinedParallel with a round trip per call,
+// as before batching, to compare on the same machine in the same run.
+func BenchmarkDeliveryProtectionCombinedParallelUnbatched(b *testing.B) {
+	benchmarkCombinedParallel(b, ProtectionOptions{Unbatched: true})
+}
+
+func benchmarkCombinedParallel(b *testing.B, opts ProtectionOptions) {
+	client, trips := roundTripClient(b)
+	prefix := redistest.Prefix(b)
+	b.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
+	p := NewProtection(client, prefix, opts)
+	ctx, cfg := b.Context(), domain.DefaultBreakerConfig()
+	const goroutines, subscriptions = 64, 16
+	var next atomic.Int64
+	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
+	trips.Store(0)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			sub, holder := "s"+strconv.FormatInt(i%subscriptions, 10), "h"+strconv.FormatInt(i, 10)
+			now := time.Now()
+			res, err := p.Admit(ctx, ports.Admission{
+				SubscriptionID: sub, Holder: holder, Breaker: cfg, Now: now,
+				PerSecond: domain.MaxRateLimit, MaxInFlight: domain.DefaultMaxInFlight, Lease: time.Minute,
+			})
+			if err != nil || res.Refused == ports.RefusedBySemaphore || res.Refused == ports.RefusedByBreaker {
+				b.Fatal("admit", res, err)
+			}
+			if _, err := p.Finish(ctx, sub, holder, cfg, true, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
+}
+
+// roundTripClient is a client of its own on the real Redis that counts its
+// round trips: each command sent alone, each pipeline.
+func roundTripClient(b *testing.B) (goredis.UniversalClient, *atomic.Int64) {
+	b.Helper()
+	opts, err := goredis.ParseURL(redistest.URL())
+	require.NoError(b, err)
+	client := goredis.NewClient(opts)
+	b.Cleanup(func() { _ = client.Close() })
+	hook := &roundTripHook{}
+	client.AddHook(hook)
+	return client, &hook.trips
+}
+
+type roundTripHook struct{ trips atomic.Int64 }
+
+func (h *roundTripHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *roundTripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.trips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.trips.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 func benchmarkCombined(b *testing.B, success func(i int) bool) {

@@ -1,0 +1,363 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/protectiontest"
+)
+
+// scriptTrips is a go-redis hook that counts the round trips (a single
+// command or a whole pipeline) that run a given script. While a gate is
+// armed, each such round trip waits at the gate until it opens (see arm).
+type scriptTrips struct {
+	script *goredis.Script
+	trips  atomic.Int64
+
+	mu   sync.Mutex
+	gate *tripGate
+}
+
+// tripGate holds round trips back until every one of total calls is either
+// queued in the batcher or in a held round trip, so a test can line
+// concurrent calls up without sleeping.
+type tripGate struct {
+	total   int
+	waiting func() int
+	held    atomic.Int64
+	open    chan struct{}
+	once    sync.Once
+	// failed is set when the calls never lined up.
+	failed atomic.Bool
+}
+
+func (s *scriptTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (s *scriptTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if s.runs(cmd) {
+			s.trip(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		n := 0
+		for _, cmd := range cmds {
+			if s.runs(cmd) {
+				n++
+			}
+		}
+		if n > 0 {
+			s.trip(n)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// runs reports whether cmd runs the script (EVALSHA by its hash, or EVAL).
+func (s *scriptTrips) runs(cmd goredis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch strings.ToLower(cmd.Name()) {
+	case "evalsha":
+		return args[1] == s.script.Hash()
+	case "eval":
+		return args[1] == protectionAdmitLua && s.script == protectionAdmit ||
+			args[1] == protectionFinishLua && s.script == protectionFinish
+	}
+	return false
+}
+
+// trip counts a round trip carrying n runs, and holds it at the gate if
+// one is armed.
+func (s *scriptTrips) trip(n int) {
+	s.trips.Add(1)
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.held.Add(int64(n))
+	deadline := time.Now().Add(waitFor)
+	for {
+		select {
+		case <-g.open:
+			return
+		default:
+		}
+		if g.waiting()+int(g.held.Load()) >= g.total {
+			g.once.Do(func() { close(g.open) })
+			return
+		}
+		if time.Now().After(deadline) {
+			g.failed.Store(true)
+			g.once.Do(func() { close(g.open) })
+			return
+		}
+		time.Sleep(100 * time.Microsecond) // polling the batcher's queue
+	}
+}
+
+// arm holds the script's round trips until total calls are lined up in b
+// (queued or in a held round trip), and resets the count.
+func (s *scriptTrips) arm(b *protectionScript, total int) *tripGate {
+	g := &tripGate{total: total, waiting: b.batcher.Waiting, open: make(chan struct{})}
+	s.mu.Lock()
+	s.gate = g
+	s.mu.Unlock()
+	s.trips.Store(0)
+	return g
+}
+
+// disarm removes the gate and reports whether the calls lined up.
+func (s *scriptTrips) disarm(t *testing.T, g *tripGate) {
+	t.Helper()
+	s.mu.Lock()
+	s.gate = nil
+	s.mu.Unlock()
+	require.False(t, g.failed.Load(), "waited %s for %d calls to line up in the batcher", waitFor, g.total)
+}
+
+// TestProtectionBatchesConcurrentCalls has 100 deliveries call Admit at
+// once, then the admitted ones Finish at once, on four subscriptions
+// refused for different reasons: they share a handful of round trips, and
+// each caller gets the answer it would have got alone.
+func TestProtectionBatchesConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	_, client := newMiniClock(t) // frozen: the rate limit refuses exactly
+	admits, finishes := &scriptTrips{script: protectionAdmit}, &scriptTrips{script: protectionFinish}
+	client.AddHook(admits)
+	client.AddHook(finishes)
+	p := NewProtection(client, "", ProtectionOptions{})
+	ctx := t.Context()
+	cfg := domain.BreakerConfig{FailureThreshold: 5, OpenDuration: time.Minute, HalfOpenProbes: 1}
+	now := time.Now()
+	for _, s := range []*goredis.Script{protectionAdmit, protectionFinish, breakerSwap} {
+		require.NoError(t, s.Load(ctx, client).Err())
+	}
+	breakers := NewBreakers(client, "")
+	var opened domain.Breaker
+	for range cfg.FailureThreshold {
+		var err error
+		opened, err = breakers.Record(ctx, "open", cfg, false, now)
+		require.NoError(t, err)
+	}
+	require.Equal(t, domain.BreakerOpen, opened.Phase)
+
+	// 25 deliveries each to: a subscription whose breaker is open; one with
+	// 5 slots; one with a budget of 1 request (10/s, frozen clock); one
+	// that lets everything through.
+	type plan struct {
+		perSecond, slots int
+	}
+	plans := map[string]plan{
+		"open": {domain.MaxRateLimit, 100}, "full": {domain.MaxRateLimit, 5}, "slow": {10, 100}, "ok": {domain.MaxRateLimit, 100},
+	}
+	subs := []string{"open", "full", "slow", "ok"}
+	const n = 100
+	reqs := make([]ports.Admission, n)
+	for i := range reqs {
+		sub := subs[i%len(subs)]
+		reqs[i] = ports.Admission{
+			SubscriptionID: sub, Holder: fmt.Sprint("h", i), Breaker: cfg, Now: now,
+			PerSecond: plans[sub].perSecond, MaxInFlight: plans[sub].slots, Lease: time.Minute,
+		}
+	}
+
+	gate := admits.arm(p.admitScript, n)
+	results := make([]ports.Admitted, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() { results[i], errs[i] = p.Admit(ctx, reqs[i]) })
+	}
+	wg.Wait()
+	admits.disarm(t, gate)
+	// The first protectionWriters callers lead a batch each at once; when
+	// they are done, everyone else is queued and goes in at most one batch
+	// per writer.
+	trips := admits.trips.Load()
+	assert.LessOrEqual(t, trips, int64(2*protectionWriters), "100 concurrent Admits share round trips")
+	t.Logf("100 concurrent Admits: %d round trips", trips)
+
+	admitted := map[string]int{}
+	for i, res := range results {
+		require.NoError(t, errs[i], "Admit %d", i)
+		sub := reqs[i].SubscriptionID
+		switch {
+		case res.Refused == ports.RefusedByNone:
+			admitted[sub]++
+		case sub == "open":
+			assert.Equal(t, ports.RefusedByBreaker, res.Refused, "%s: %+v", reqs[i].Holder, res)
+			assert.True(t, res.RetryAt.Equal(opened.OpenUntil), "%s: retry at %s, want %s", reqs[i].Holder, res.RetryAt, opened.OpenUntil)
+		case sub == "full":
+			assert.Equal(t, ports.RefusedBySemaphore, res.Refused, "%s: %+v", reqs[i].Holder, res)
+		case sub == "slow":
+			assert.Equal(t, ports.RefusedByRateLimit, res.Refused, "%s: %+v", reqs[i].Holder, res)
+			assert.Positive(t, res.RetryAfter, "%s: a rate refusal says when to come back", reqs[i].Holder)
+		default:
+			t.Errorf("%s to %s refused: %+v", reqs[i].Holder, sub, res)
+		}
+	}
+	assert.Equal(t, map[string]int{"full": 5, "slow": RateBurst(10), "ok": 25}, admitted)
+
+	// Finish the admitted: "full" fails all five (the fifth opens its
+	// breaker, each through the compare-and-set after the batched script),
+	// the others succeed.
+	var done []int
+	for i, res := range results {
+		if res.Refused == ports.RefusedByNone {
+			done = append(done, i)
+		}
+	}
+	gate = finishes.arm(p.finishScript, len(done))
+	states := make([]domain.Breaker, n)
+	for _, i := range done {
+		wg.Go(func() {
+			states[i], errs[i] = p.Finish(ctx, reqs[i].SubscriptionID, reqs[i].Holder, cfg, reqs[i].SubscriptionID != "full", now)
+		})
+	}
+	wg.Wait()
+	finishes.disarm(t, gate)
+	trips = finishes.trips.Load()
+	assert.LessOrEqual(t, trips, int64(2*protectionWriters), "%d concurrent Finishes share round trips", len(done))
+	t.Logf("%d concurrent Finishes: %d round trips", len(done), trips)
+
+	var failures []int
+	for _, i := range done {
+		require.NoError(t, errs[i], "Finish %s", reqs[i].Holder)
+		if reqs[i].SubscriptionID == "full" {
+			failures = append(failures, states[i].Failures)
+			if states[i].Failures == cfg.FailureThreshold {
+				assert.Equal(t, domain.BreakerOpen, states[i].Phase, "the fifth failure opens the breaker")
+			}
+			continue
+		}
+		assert.Equal(t, domain.Breaker{Phase: domain.BreakerClosed}, states[i], "a success on a closed breaker")
+	}
+	assert.ElementsMatch(t, []int{1, 2, 3, 4, 5}, failures, "each failure counted once, each caller sees its own")
+	for _, sub := range subs {
+		_, _, inflight := p.keys(sub)
+		held, err := client.ZCard(ctx, inflight).Result()
+		require.NoError(t, err)
+		assert.Zero(t, held, "%s: every slot given back", sub)
+	}
+}
+
+// TestProtectionScriptBatchNoScript writes a batch straight to a Redis
+// that has never seen the script: the EVALSHA pipeline is answered
+// NOSCRIPT, the same runs go again as EVAL, and each gets its own answer,
+// a bad one its own error.
+func TestProtectionScriptBatchNoScript(t *testing.T) {
+	t.Parallel()
+	_, client := redistest.Mini(t)
+	trips := &scriptTrips{script: protectionFinish}
+	client.AddHook(trips)
+	p := NewProtection(client, "", ProtectionOptions{})
+	ctx := t.Context()
+	require.NoError(t, client.ScriptFlush(ctx).Err())
+	require.True(t, acquireOK(t, NewSemaphore(client, ""), "s", "held", 1, time.Minute))
+
+	breakerKey, _, inflightKey := p.keys("s")
+	replies := make([][]any, 3)
+	runs := []scriptRun{
+		{keys: []string{inflightKey, breakerKey}, args: []any{"held", "1"}, reply: &replies[0]},
+		{keys: []string{inflightKey}, args: []any{"no-breaker-key", "1"}, reply: &replies[1]}, // KEYS[2] is nil: the script fails
+		{keys: []string{inflightKey, breakerKey}, args: []any{"never-held", "0"}, reply: &replies[2]},
+	}
+	errs := make([]error, len(runs))
+	p.finishScript.write(ctx, runs, errs)
+
+	assert.Equal(t, int64(2), trips.trips.Load(), "an EVALSHA pipeline, then an EVAL one")
+	require.NoError(t, errs[0])
+	assert.Equal(t, []any{int64(1)}, replies[0], "a success on a closed breaker")
+	assert.Error(t, errs[1], "the bad run fails on its own")
+	require.NoError(t, errs[2])
+	assert.Equal(t, []any{int64(0), ""}, replies[2], "a failure hands the breaker back to Go")
+	n, err := client.ZCard(ctx, inflightKey).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the first run released its slot")
+
+	sha, err := client.ScriptExists(ctx, protectionFinish.Hash()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true}, sha, "EVAL cached the script for the next batch")
+}
+
+// TestProtectionUnbatched checks that Unbatched runs each call on its own,
+// as Script.Run.
+func TestProtectionUnbatched(t *testing.T) {
+	t.Parallel()
+	_, client := redistest.Mini(t)
+	p := NewProtection(client, "", ProtectionOptions{Unbatched: true})
+	assert.Nil(t, p.admitScript.batcher)
+	assert.Nil(t, p.finishScript.batcher)
+	res, err := p.Admit(t.Context(), ports.Admission{
+		SubscriptionID: "s", Holder: "h", Breaker: domain.DefaultBreakerConfig(), Now: time.Now(),
+		PerSecond: 10, MaxInFlight: 1, Lease: time.Minute,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ports.RefusedByNone, res.Refused)
+}
+
+// TestProtectionClusterClient runs the contract suite and the batching
+// through a ClusterClient (miniredis answers CLUSTER SLOTS as one node
+// with every slot): go-redis splits a pipeline per node by each command's
+// first key, which for EVALSHA is the first of KEYS.
+func TestProtectionClusterClient(t *testing.T) {
+	newCluster := func(t *testing.T) goredis.UniversalClient {
+		_, single := redistest.Mini(t)
+		addr := single.(*goredis.Client).Options().Addr
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}})
+		t.Cleanup(func() { _ = client.Close() })
+		return client
+	}
+	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+		return protectionSet(newCluster(t), "")
+	}, protectiontest.Features{RateBurst: RateBurst})
+
+	t.Run("Batched", func(t *testing.T) {
+		t.Parallel()
+		client := newCluster(t)
+		trips := &scriptTrips{script: protectionAdmit}
+		client.AddHook(trips)
+		p := NewProtection(client, "", ProtectionOptions{})
+		const n = 50
+		gate := trips.arm(p.admitScript, n)
+		errs := make([]error, n)
+		results := make([]ports.Admitted, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				results[i], errs[i] = p.Admit(t.Context(), ports.Admission{
+					SubscriptionID: fmt.Sprint("s", i%7), Holder: fmt.Sprint("h", i), Breaker: domain.DefaultBreakerConfig(),
+					Now: time.Now(), PerSecond: domain.MaxRateLimit, MaxInFlight: 100, Lease: time.Minute,
+				})
+			})
+		}
+		wg.Wait()
+		trips.disarm(t, gate)
+		for i := range n {
+			require.NoError(t, errs[i])
+			assert.Equal(t, ports.RefusedByNone, results[i].Refused)
+		}
+		assert.Less(t, trips.trips.Load(), int64(n/2), "concurrent Admits share round trips on a cluster client too")
+	})
+}
