@@ -1,0 +1,303 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The component limits of this machine: what loopback HTTP, PostgreSQL
+// and Redis manage on their own, with the same concurrency and payloads as
+// the workloads, so the workload figures can be read against them. Each
+// probe runs for a fixed time and counts completed operations.
+
+// LimitsOptions configures `dispatch-load limits`.
+type LimitsOptions struct {
+	DatabaseURL string
+	RedisURL    string
+	Duration    time.Duration
+	Concurrency int
+	Payload     int
+}
+
+// Limit is one measured component figure.
+type Limit struct {
+	Name  string
+	Ops   int64
+	Per   time.Duration
+	Notes string
+}
+
+// Rate is operations per second.
+func (l Limit) Rate() float64 { return float64(l.Ops) / l.Per.Seconds() }
+
+// MeasureLimits runs every probe in turn.
+func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
+	var out []Limit
+	http, err := probeHTTP(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("loopback HTTP: %w", err)
+	}
+	out = append(out, http)
+	pg, err := probePostgres(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	out = append(out, pg...)
+	rd, err := probeRedis(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return append(out, rd...), nil
+}
+
+// hammer runs op from n goroutines for d and counts the operations op
+// reports (an op may do several, e.g. a batch).
+func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Context) (int, error)) (int64, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				k, err := op(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { firstErr = err; cancel() })
+					}
+					return
+				}
+				done.Add(int64(k))
+			}
+		})
+	}
+	wg.Wait()
+	return done.Load(), time.Since(start), firstErr
+}
+
+// probeHTTP: Concurrency keep-alive clients POST Payload bytes to a
+// net/http server on 127.0.0.1 that reads the body and answers 204 — the
+// floor of every publish and every webhook request.
+func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Limit{}, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	transport := &http.Transport{MaxIdleConns: o.Concurrency, MaxIdleConnsPerHost: o.Concurrency}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	body := bytes.Repeat([]byte("x"), o.Payload)
+	target := "http://" + ln.Addr().String() + "/"
+	n, per, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return 1, nil
+	})
+	return Limit{Name: "loopback HTTP requests/s", Ops: n, Per: per,
+		Notes: fmt.Sprintf("net/http, %d keep-alive clients, %d B body, 204 answer", o.Concurrency, o.Payload)}, err
+}
+
+// probePostgres measures, in a database of its own: one-row INSERT
+// commits with synchronous_commit on (what a naive ingest pays per event),
+// the same with synchronous_commit off (the worker's setting), and rows
+// per second of 500-row multi-row INSERTs (what group commit approaches).
+func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
+	dsn, drop, err := scratchDatabase(ctx, o.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(min(o.Concurrency, 16))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE probe (id bigserial PRIMARY KEY, data bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, err
+	}
+	payload := bytes.Repeat([]byte("x"), o.Payload)
+	var out []Limit
+	for _, sync := range []string{"on", "off"} {
+		n, per, err := hammer(ctx, int(cfg.MaxConns), o.Duration, func(ctx context.Context) (int, error) {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = "+sync); err != nil {
+				return 0, err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO probe (data) VALUES ($1)`, payload); err != nil {
+				return 0, err
+			}
+			return 1, tx.Commit(ctx)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Limit{Name: "PostgreSQL one-row commits/s, synchronous_commit " + sync, Ops: n, Per: per,
+			Notes: fmt.Sprintf("%d connections, %d B row", cfg.MaxConns, o.Payload)})
+	}
+	const batch = 500
+	rows := make([][]byte, batch)
+	for i := range rows {
+		rows[i] = payload
+	}
+	n, per, err := hammer(ctx, 2, o.Duration, func(ctx context.Context) (int, error) {
+		_, err := pool.Exec(ctx, `INSERT INTO probe (data) SELECT unnest($1::bytea[])`, rows)
+		return batch, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, Limit{Name: "PostgreSQL rows/s in 500-row INSERTs", Ops: n, Per: per,
+		Notes: fmt.Sprintf("2 writers, synchronous_commit on, %d B rows, one primary key", o.Payload)})
+	return out, nil
+}
+
+// probeRedis measures XADD round trips one at a time from Concurrency
+// clients, and XADDs pipelined 100 at a time.
+func probeRedis(ctx context.Context, o LimitsOptions) ([]Limit, error) {
+	opts, err := goredis.ParseURL(o.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	opts.PoolSize = o.Concurrency
+	client := goredis.NewClient(opts)
+	defer client.Close()
+	key := "dispatch-load:limits:" + randomSuffix()
+	defer client.Del(context.WithoutCancel(ctx), key)
+	body := strings.Repeat("x", 26) // a delivery id
+	single, per1, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
+		return 1, client.XAdd(ctx, &goredis.XAddArgs{Stream: key, MaxLen: 10000, Approx: true, Values: []string{"b", body}}).Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	piped, per2, err := hammer(ctx, 4, o.Duration, func(ctx context.Context) (int, error) {
+		p := client.Pipeline()
+		for range 100 {
+			p.XAdd(ctx, &goredis.XAddArgs{Stream: key, MaxLen: 10000, Approx: true, Values: []string{"b", body}})
+		}
+		_, err := p.Exec(ctx)
+		return 100, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Limit{
+		{Name: "Redis XADD round trips/s", Ops: single, Per: per1, Notes: fmt.Sprintf("%d clients, one command each", o.Concurrency)},
+		{Name: "Redis XADD/s pipelined", Ops: piped, Per: per2, Notes: "4 clients, 100 commands per pipeline"},
+	}, nil
+}
+
+// scratchDatabase creates a database of its own on the server of
+// serverURL and returns its URL and a func that drops it.
+func scratchDatabase(ctx context.Context, serverURL string) (string, func(), error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("--database-url: %w", err)
+	}
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", nil, err
+	}
+	name := "dispatch_limits_" + randomSuffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		_ = admin.Close(ctx)
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	return u.String(), func() {
+		c := context.WithoutCancel(ctx)
+		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		_ = admin.Close(c)
+	}, nil
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// WriteLimits prints the figures as a Markdown table.
+func WriteLimits(w io.Writer, o LimitsOptions, limits []Limit) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### component limits — %s each\n\n| component | figure | setup |\n|---|---:|---|\n", o.Duration)
+	for _, l := range limits {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", l.Name, thousands(int64(l.Rate()+0.5)), l.Notes)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func limitsMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	base := baseConfig()
+	o := LimitsOptions{DatabaseURL: base.DatabaseURL, RedisURL: base.RedisURL, Duration: 5 * time.Second, Concurrency: 64, Payload: 1024}
+	fs := flag.NewFlagSet("dispatch-load limits", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.DatabaseURL, "database-url", o.DatabaseURL, "PostgreSQL server to measure (a scratch database is created and dropped)")
+	fs.StringVar(&o.RedisURL, "redis-url", o.RedisURL, "Redis to measure (one scratch key, deleted)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long each probe runs")
+	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "concurrent clients of the HTTP and Redis round-trip probes")
+	fs.IntVar(&o.Payload, "payload", o.Payload, "bytes per HTTP body and PostgreSQL row")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if o.Duration <= 0 || o.Concurrency < 1 || o.Payload < 1 {
+		fmt.Fprintln(stderr, "dispatch-load limits: --duration, --concurrency and --payload must be positive")
+		return 2
+	}
+	limits, err := MeasureLimits(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "dispatch-load limits:", err)
+		return 1
+	}
+	if err := WriteLimits(stdout, o, limits); err != nil {
+		return 1
+	}
+	return 0
+}
