@@ -20,14 +20,14 @@
 -- deliveries.
 WITH claimed AS (
     UPDATE deliveries SET
-        status = 'delivering',
-        next_attempt_at = (sqlc.arg(now)::timestamptz + subscriptions.timeout + sqlc.arg(lease_margin)::interval),
+        lease_until = (sqlc.arg(now)::timestamptz + subscriptions.timeout + sqlc.arg(lease_margin)::interval),
         updated_at = @now
     FROM subscriptions
     WHERE deliveries.id = @id
       AND subscriptions.id = deliveries.subscription_id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= @now
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= @now)
       AND (deliveries.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -49,7 +49,7 @@ SELECT
     claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at,
+    claimed.created_at, claimed.updated_at, claimed.lease_until,
     sqlc.embed(events), sqlc.embed(subscriptions)
 FROM claimed
 JOIN events ON events.id = claimed.event_id
@@ -68,6 +68,7 @@ WITH held AS (
     WHERE deliveries.id = @id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= @now
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= @now)
       AND deliveries.ordering_key <> ''
       AND (
           EXISTS (
@@ -100,6 +101,7 @@ WITH updated AS (
         status = @status,
         attempts = @attempts,
         next_attempt_at = @next_attempt_at,
+        lease_until = NULL,
         last_status_code = sqlc.narg(last_status_code),
         last_error = @last_error,
         reason = @reason,
@@ -153,6 +155,7 @@ WITH updated AS (
     UPDATE deliveries SET
         status = @status,
         next_attempt_at = @next_attempt_at,
+        lease_until = NULL,
         reason = @reason,
         last_error = @last_error,
         enqueued_at = NULL,
@@ -191,8 +194,7 @@ WITH wanted AS (
         unnest(@lease_margins::interval[]) AS lease_margin
 ), claimed AS (
     UPDATE deliveries SET
-        status = 'delivering',
-        next_attempt_at = wanted.claimed_at + (
+        lease_until = wanted.claimed_at + (
             SELECT subscriptions.timeout FROM subscriptions
             WHERE subscriptions.id = deliveries.subscription_id
         ) + wanted.lease_margin,
@@ -201,6 +203,7 @@ WITH wanted AS (
     WHERE deliveries.id = wanted.id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= wanted.claimed_at
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
       AND (deliveries.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -222,7 +225,7 @@ SELECT
     claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at,
+    claimed.created_at, claimed.updated_at, claimed.lease_until,
     sqlc.embed(events), sqlc.embed(subscriptions)
 FROM claimed
 JOIN events ON events.id = claimed.event_id
@@ -259,6 +262,7 @@ WITH outcome AS (
         status = outcome.status,
         attempts = outcome.attempts,
         next_attempt_at = outcome.next_attempt_at,
+        lease_until = NULL,
         last_status_code = NULLIF(outcome.last_status_code, 0),
         last_error = outcome.last_error,
         reason = outcome.reason,
@@ -300,6 +304,7 @@ WITH released AS (
 UPDATE deliveries SET
     status = released.status,
     next_attempt_at = released.next_attempt_at,
+    lease_until = NULL,
     reason = released.reason,
     last_error = released.last_error,
     enqueued_at = NULL,

@@ -61,13 +61,14 @@ WITH retried AS (
         enqueued_at = NULL,
         updated_at = @now
     WHERE deliveries.id = @id AND deliveries.status IN ('dead', 'retrying')
+      AND deliveries.lease_until IS NULL -- a leased one is delivering
     RETURNING deliveries.*
 )
 SELECT
     retried.id, retried.event_id, retried.subscription_id, retried.status,
     retried.attempts, retried.next_attempt_at, retried.last_status_code,
     retried.last_error, retried.reason, retried.ordering_key,
-    retried.created_at, retried.updated_at
+    retried.created_at, retried.updated_at, retried.lease_until
 FROM retried;
 
 -- name: RecoverDeliveries :one
@@ -111,11 +112,19 @@ SELECT * FROM deliveries WHERE event_id = @event_id ORDER BY id;
 -- each combination of filters gets the index that fits it (see migration
 -- 00002). The store runs this query unprepared so that it always is planned
 -- with the values: a cached generic plan would keep the ORs and could not.
+-- A delivery is delivering while it holds a lease (migration 00006): the
+-- status filter folds to the stored status and the lease test.
 SELECT * FROM deliveries
 WHERE id > @after
   AND (sqlc.narg(subscription_id)::text IS NULL OR subscription_id = sqlc.narg(subscription_id)::text)
   AND (sqlc.narg(event_id)::text IS NULL OR event_id = sqlc.narg(event_id)::text)
-  AND (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+  AND (sqlc.narg(status)::text IS NULL
+       OR (sqlc.narg(status)::text = 'delivering'
+           AND (status = 'delivering' OR (status IN ('pending', 'retrying') AND lease_until IS NOT NULL)))
+       OR (sqlc.narg(status)::text IN ('pending', 'retrying')
+           AND status = sqlc.narg(status)::text AND lease_until IS NULL)
+       OR (sqlc.narg(status)::text NOT IN ('delivering', 'pending', 'retrying')
+           AND status = sqlc.narg(status)::text))
 ORDER BY id
 LIMIT @max_rows;
 
@@ -139,6 +148,7 @@ WITH due AS (
     SELECT d.id FROM deliveries d
     WHERE d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= @now
+      AND (d.lease_until IS NULL OR d.lease_until <= @now)
       AND (d.enqueued_at IS NULL OR d.enqueued_at <= @enqueued_before::timestamptz)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (

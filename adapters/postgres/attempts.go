@@ -134,6 +134,7 @@ func toClaimed(row sqlcgen.ClaimDeliveryRow) (ports.Claimed, error) {
 			OrderingKey:    row.OrderingKey,
 			CreatedAt:      row.CreatedAt,
 			UpdatedAt:      row.UpdatedAt,
+			LeaseUntil:     row.LeaseUntil,
 		}),
 		Event:        claimedEvent(row.Event),
 		Subscription: sub,

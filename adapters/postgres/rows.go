@@ -163,14 +163,20 @@ func claimedEvent(row sqlcgen.Event) domain.Event {
 	})
 }
 
+// toDelivery converts a delivery row. A pending or retrying delivery that
+// holds a lease is delivering until the lease's end (migration 00006).
 func toDelivery(row sqlcgen.Delivery) domain.Delivery {
+	status, next := domain.DeliveryStatus(row.Status), row.NextAttemptAt
+	if row.LeaseUntil.Valid && (status == domain.DeliveryPending || status == domain.DeliveryRetrying) {
+		status, next = domain.DeliveryDelivering, row.LeaseUntil.Time
+	}
 	return domain.Delivery{
 		ID:             row.ID,
 		EventID:        row.EventID,
 		SubscriptionID: row.SubscriptionID,
-		Status:         domain.DeliveryStatus(row.Status),
+		Status:         status,
 		Attempts:       int(row.Attempts),
-		NextAttemptAt:  row.NextAttemptAt.UTC(),
+		NextAttemptAt:  next.UTC(),
 		LastStatusCode: int(row.LastStatusCode.Int32),
 		LastError:      row.LastError,
 		Reason:         row.Reason,

@@ -399,6 +399,7 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (do
 		OrderingKey:    row.OrderingKey,
 		CreatedAt:      row.CreatedAt,
 		UpdatedAt:      row.UpdatedAt,
+		LeaseUntil:     row.LeaseUntil,
 	}), nil
 }
 

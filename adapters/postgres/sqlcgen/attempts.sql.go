@@ -20,8 +20,7 @@ WITH wanted AS (
         unnest($3::interval[]) AS lease_margin
 ), claimed AS (
     UPDATE deliveries SET
-        status = 'delivering',
-        next_attempt_at = wanted.claimed_at + (
+        lease_until = wanted.claimed_at + (
             SELECT subscriptions.timeout FROM subscriptions
             WHERE subscriptions.id = deliveries.subscription_id
         ) + wanted.lease_margin,
@@ -30,6 +29,7 @@ WITH wanted AS (
     WHERE deliveries.id = wanted.id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= wanted.claimed_at
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
       AND (deliveries.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -45,13 +45,13 @@ WITH wanted AS (
                 AND unfanned.id < deliveries.event_id
           )
       ))
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
 )
 SELECT
     claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at,
+    claimed.created_at, claimed.updated_at, claimed.lease_until,
     events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
 FROM claimed
 JOIN events ON events.id = claimed.event_id
@@ -77,6 +77,7 @@ type ClaimDeliveriesRow struct {
 	OrderingKey    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseUntil     pgtype.Timestamptz
 	Event          Event
 	Subscription   Subscription
 }
@@ -123,6 +124,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.LeaseUntil,
 			&i.Event.ID,
 			&i.Event.Type,
 			&i.Event.Source,
@@ -163,14 +165,14 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 const claimDelivery = `-- name: ClaimDelivery :one
 WITH claimed AS (
     UPDATE deliveries SET
-        status = 'delivering',
-        next_attempt_at = ($1::timestamptz + subscriptions.timeout + $2::interval),
+        lease_until = ($1::timestamptz + subscriptions.timeout + $2::interval),
         updated_at = $1
     FROM subscriptions
     WHERE deliveries.id = $3
       AND subscriptions.id = deliveries.subscription_id
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= $1
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= $1)
       AND (deliveries.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -186,13 +188,13 @@ WITH claimed AS (
                 AND unfanned.id < deliveries.event_id
           )
       ))
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
 )
 SELECT
     claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
     claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
     claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at,
+    claimed.created_at, claimed.updated_at, claimed.lease_until,
     events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
 FROM claimed
 JOIN events ON events.id = claimed.event_id
@@ -218,6 +220,7 @@ type ClaimDeliveryRow struct {
 	OrderingKey    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseUntil     pgtype.Timestamptz
 	Event          Event
 	Subscription   Subscription
 }
@@ -257,6 +260,7 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.OrderingKey,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseUntil,
 		&i.Event.ID,
 		&i.Event.Type,
 		&i.Event.Source,
@@ -293,6 +297,7 @@ WITH held AS (
     WHERE deliveries.id = $1
       AND deliveries.status IN ('pending', 'retrying', 'delivering')
       AND deliveries.next_attempt_at <= $2
+      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= $2)
       AND deliveries.ordering_key <> ''
       AND (
           EXISTS (
@@ -394,6 +399,7 @@ WITH updated AS (
         status = $1,
         attempts = $2,
         next_attempt_at = $3,
+        lease_until = NULL,
         last_status_code = $4,
         last_error = $5,
         reason = $6,
@@ -488,6 +494,7 @@ WITH outcome AS (
         status = outcome.status,
         attempts = outcome.attempts,
         next_attempt_at = outcome.next_attempt_at,
+        lease_until = NULL,
         last_status_code = NULLIF(outcome.last_status_code, 0),
         last_error = outcome.last_error,
         reason = outcome.reason,
@@ -601,6 +608,7 @@ WITH released AS (
 UPDATE deliveries SET
     status = released.status,
     next_attempt_at = released.next_attempt_at,
+    lease_until = NULL,
     reason = released.reason,
     last_error = released.last_error,
     enqueued_at = NULL,
@@ -665,6 +673,7 @@ WITH updated AS (
     UPDATE deliveries SET
         status = $1,
         next_attempt_at = $2,
+        lease_until = NULL,
         reason = $3,
         last_error = $4,
         enqueued_at = NULL,

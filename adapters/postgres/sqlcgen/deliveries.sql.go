@@ -61,6 +61,7 @@ WITH due AS (
     SELECT d.id FROM deliveries d
     WHERE d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= $1
+      AND (d.lease_until IS NULL OR d.lease_until <= $1)
       AND (d.enqueued_at IS NULL OR d.enqueued_at <= $2::timestamptz)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
@@ -157,7 +158,7 @@ func (q *Queries) EventAttempts(ctx context.Context, eventID string) ([]Attempt,
 }
 
 const eventDeliveries = `-- name: EventDeliveries :many
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries WHERE event_id = $1 ORDER BY id
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries WHERE event_id = $1 ORDER BY id
 `
 
 func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delivery, error) {
@@ -183,6 +184,7 @@ func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delive
 			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.LeaseUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -288,7 +290,7 @@ func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error
 }
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries WHERE id = $1
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) {
@@ -308,16 +310,23 @@ func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) 
 		&i.OrderingKey,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseUntil,
 	)
 	return i, err
 }
 
 const listDeliveries = `-- name: ListDeliveries :many
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at FROM deliveries
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries
 WHERE id > $1
   AND ($2::text IS NULL OR subscription_id = $2::text)
   AND ($3::text IS NULL OR event_id = $3::text)
-  AND ($4::text IS NULL OR status = $4::text)
+  AND ($4::text IS NULL
+       OR ($4::text = 'delivering'
+           AND (status = 'delivering' OR (status IN ('pending', 'retrying') AND lease_until IS NOT NULL)))
+       OR ($4::text IN ('pending', 'retrying')
+           AND status = $4::text AND lease_until IS NULL)
+       OR ($4::text NOT IN ('delivering', 'pending', 'retrying')
+           AND status = $4::text))
 ORDER BY id
 LIMIT $5
 `
@@ -335,6 +344,8 @@ type ListDeliveriesParams struct {
 // each combination of filters gets the index that fits it (see migration
 // 00002). The store runs this query unprepared so that it always is planned
 // with the values: a cached generic plan would keep the ORs and could not.
+// A delivery is delivering while it holds a lease (migration 00006): the
+// status filter folds to the stored status and the lease test.
 func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) ([]Delivery, error) {
 	rows, err := q.db.Query(ctx, listDeliveries,
 		arg.After,
@@ -364,6 +375,7 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.LeaseUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -432,13 +444,14 @@ WITH retried AS (
         enqueued_at = NULL,
         updated_at = $1
     WHERE deliveries.id = $2 AND deliveries.status IN ('dead', 'retrying')
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at
+      AND deliveries.lease_until IS NULL -- a leased one is delivering
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
 )
 SELECT
     retried.id, retried.event_id, retried.subscription_id, retried.status,
     retried.attempts, retried.next_attempt_at, retried.last_status_code,
     retried.last_error, retried.reason, retried.ordering_key,
-    retried.created_at, retried.updated_at
+    retried.created_at, retried.updated_at, retried.lease_until
 FROM retried
 `
 
@@ -460,6 +473,7 @@ type RetryDeliveryRow struct {
 	OrderingKey    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseUntil     pgtype.Timestamptz
 }
 
 // Makes a dead or retrying delivery due at @now (its event reads as pending
@@ -481,6 +495,7 @@ func (q *Queries) RetryDelivery(ctx context.Context, arg RetryDeliveryParams) (R
 		&i.OrderingKey,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseUntil,
 	)
 	return i, err
 }

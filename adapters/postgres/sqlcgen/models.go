@@ -35,6 +35,7 @@ type Delivery struct {
 	OrderingKey    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseUntil     pgtype.Timestamptz
 }
 
 type Event struct {

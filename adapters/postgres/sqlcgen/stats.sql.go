@@ -10,10 +10,13 @@ import (
 )
 
 const undeliveredCounts = `-- name: UndeliveredCounts :many
-SELECT status, count(*)::bigint AS n
+SELECT
+    (CASE WHEN lease_until IS NOT NULL AND status IN ('pending', 'retrying')
+          THEN 'delivering' ELSE status END)::text AS status,
+    count(*)::bigint AS n
 FROM deliveries
 WHERE status IN ('pending', 'delivering', 'retrying', 'dead')
-GROUP BY status
+GROUP BY 1
 `
 
 type UndeliveredCountsRow struct {
@@ -23,6 +26,8 @@ type UndeliveredCountsRow struct {
 
 // The backlog gauges. deliveries_status_idx covers every status but
 // delivered, so this is an index-only count of the undelivered rows.
+// A leased pending or retrying delivery counts as delivering (migration
+// 00006).
 func (q *Queries) UndeliveredCounts(ctx context.Context) ([]UndeliveredCountsRow, error) {
 	rows, err := q.db.Query(ctx, undeliveredCounts)
 	if err != nil {
