@@ -68,8 +68,19 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 }
 
 // hammer runs op from n goroutines for d and counts the operations op
-// reports (an op may do several, e.g. a batch).
+// reports (an op may do several, e.g. a batch). Each goroutine first runs
+// op once outside the measured window, so connections are set up before
+// the clock starts.
 func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Context) (int, error)) (int64, time.Duration, error) {
+	var warm sync.WaitGroup
+	warmErrs := make([]error, n)
+	for i := range n {
+		warm.Go(func() { _, warmErrs[i] = op(ctx) })
+	}
+	warm.Wait()
+	if err := errors.Join(warmErrs...); err != nil {
+		return 0, 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var done atomic.Int64
