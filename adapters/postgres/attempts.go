@@ -164,7 +164,7 @@ func (s *Store) claimDeliveries(ctx context.Context, batch []*claimCall, errs []
 	for i, id := range ids {
 		p.Nows[i], p.LeaseMargins[i] = first[id].now, interval(first[id].leaseMargin)
 	}
-	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.queries.ClaimDeliveries(ctx, p) })
+	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.planned.ClaimDeliveries(ctx, p) })
 	switch {
 	case err == nil:
 		for _, row := range rows {
@@ -273,7 +273,7 @@ func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[sqlcgen
 			p.ResponseBodies[i], p.Errors[i] = nonNil(r.ResponseBody), r.Error
 			p.Durations[i], p.AttemptCreatedAts[i] = r.Duration, r.AttemptCreatedAt
 		}
-		rows, err := s.queries.RecordAttempts(ctx, p)
+		rows, err := s.planned.RecordAttempts(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -324,7 +324,7 @@ func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[sqlc
 			p.Ids[i], p.Statuses[i], p.NextAttemptAts[i] = r.ID, r.Status, r.NextAttemptAt
 			p.Reasons[i], p.LastErrors[i], p.UpdatedAts[i] = r.Reason, r.LastError, r.UpdatedAt
 		}
-		rows, err := s.queries.ReleaseDeliveries(ctx, p)
+		rows, err := s.planned.ReleaseDeliveries(ctx, p)
 		if err != nil {
 			return nil, err
 		}

@@ -25,7 +25,9 @@ type Store struct {
 	pool    *pgxpool.Pool
 	queries *sqlcgen.Queries
 	// planned runs queries whose best plan depends on their parameter
-	// values (ListDeliveries' optional filters); see unprepared.
+	// values (ListDeliveries' optional filters) or on the size of tables
+	// that grow from empty (the batched claims, outcomes and fan-outs and
+	// the scheduler's scans); see unprepared.
 	planned *sqlcgen.Queries
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
@@ -310,7 +312,7 @@ func (s *Store) UnfannedEvents(ctx context.Context, now time.Time, requeueAfter 
 	if limit < 1 {
 		return nil, nil
 	}
-	ids, err := s.queries.UnfannedEvents(ctx, sqlcgen.UnfannedEventsParams{
+	ids, err := s.planned.UnfannedEvents(ctx, sqlcgen.UnfannedEventsParams{
 		Now:          now,
 		PickedBefore: now.Add(-requeueAfter),
 		MaxRows:      int32(limit),
@@ -360,7 +362,7 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 	params.OrderingKeys = nonNil(params.OrderingKeys)
 	params.CreatedAts = nonNil(params.CreatedAts)
 	params.UpdatedAts = nonNil(params.UpdatedAts)
-	created, err := s.queries.FanOut(ctx, params)
+	created, err := s.planned.FanOut(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), interpretError(err))
 	}
@@ -509,7 +511,7 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter t
 	if limit < 1 {
 		return nil, nil
 	}
-	ids, err := s.queries.DueDeliveries(ctx, sqlcgen.DueDeliveriesParams{
+	ids, err := s.planned.DueDeliveries(ctx, sqlcgen.DueDeliveriesParams{
 		Now:            now,
 		EnqueuedBefore: now.Add(-requeueAfter),
 		MaxRows:        int32(limit),

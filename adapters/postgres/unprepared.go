@@ -17,8 +17,19 @@ import (
 // That is right for the hot path's fixed-shape queries and wrong for a query
 // like ListDeliveries, whose optional filters ($1 IS NULL OR col = $1) fold
 // away only when the values are known: a generic plan keeps the ORs and can
-// use no index but the primary key. The price is a parse per call, which
-// only listings pay.
+// use no index but the primary key.
+//
+// The batch statements of the hot path (ClaimDeliveries, RecordAttempts,
+// ReleaseDeliveries, FanOut) and the scheduler's scans run unprepared too.
+// Their generic plan is made once per connection, with the table sizes of
+// that moment: a connection that made it while deliveries was a page or
+// two long joined the batch to a sequential scan of deliveries, and kept
+// doing so as the table grew (seen in W3: 83 million rows read by
+// sequential scans in a minute, and deliveries falling from 1,700/s to
+// 130/s, on a PostgreSQL without autovacuum, whose ANALYZE would have
+// invalidated the plan). Planned with each batch's values, and the table
+// as it is, they probe the primary key. The price is a parse and a plan
+// per batch, tens of rows, not per row.
 type unprepared struct {
 	db   sqlcgen.DBTX
 	mode pgx.QueryExecMode
