@@ -22,7 +22,8 @@ var (
 
 // WritePNG draws the run over time as a PNG: throughput (events accepted
 // and deliveries received per second) above; below, the p50 and p99 of
-// each second's publish latency (dashed) and accepted→received latency.
+// each second's publish latency (dashed) and accepted→received latency
+// (labelled "accepted to received": the plot's font has no arrow).
 func (r *Report) WritePNG(w io.Writer) error {
 	title := "dispatch-load"
 	if r.Workload != "" {
@@ -60,8 +61,8 @@ func (r *Report) WritePNG(w io.Writer) error {
 			return err
 		}
 		lines = append(lines,
-			series{"accepted→received p50", p50Color, false, func(s Second) (float64, bool) { return s.P50Ms, s.Delivered > 0 }},
-			series{"accepted→received p99", p99Color, false, func(s Second) (float64, bool) { return s.P99Ms, s.Delivered > 0 }})
+			series{"accepted to received p50", p50Color, false, func(s Second) (float64, bool) { return s.P50Ms, s.Delivered > 0 }},
+			series{"accepted to received p99", p99Color, false, func(s Second) (float64, bool) { return s.P99Ms, s.Delivered > 0 }})
 	}
 	for _, l := range lines {
 		if err := addLine(latency, l.name, l.color, l.dash, r.Timeline, l.value); err != nil {
