@@ -26,17 +26,8 @@ SELECT
     unnest(@created_ats::timestamptz[]);
 
 -- name: EventByIdempotencyKey :one
--- The event with its status, derived as in GetEvent.
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.idempotency_key = @idempotency_key::text;
+-- The event with its status (the event_states view).
+SELECT * FROM event_states WHERE idempotency_key = @idempotency_key::text;
 
 -- name: ReleaseIdempotencyKey :exec
 -- Frees an expired key for a new event. The condition is re-checked on the
@@ -45,33 +36,14 @@ UPDATE events SET idempotency_key = NULL
 WHERE id = @id AND idempotency_key = @idempotency_key::text AND created_at <= @kept_since;
 
 -- name: GetEvent :one
--- The event with its status, derived from its deliveries (migration 00004):
--- pending until fanned out and while a delivery is not terminal, then
--- failed if one is dead, delivered otherwise (also when it has none).
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.id = @id;
+-- The event with its status, derived from its deliveries (the event_states
+-- view, migration 00007).
+SELECT * FROM event_states WHERE id = @id;
 
 -- name: GetEvents :many
--- Events with their status, derived as in GetEvent (an unfanned one, what
+-- Events with their status (the event_states view; an unfanned one, what
 -- fan-out loads, is pending without a probe).
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.id = ANY(@ids::text[]);
+SELECT * FROM event_states WHERE id = ANY(@ids::text[]);
 
 -- name: UnfannedEvents :many
 -- The outbox sweep: unfanned events neither created nor picked by an

@@ -133,9 +133,9 @@ func normalizeEvent(e domain.Event) domain.Event {
 	return e
 }
 
-// toEvent converts a read of an event with its derived status (GetEvent,
-// GetEvents and EventByIdempotencyKey return the same columns).
-func toEvent(row sqlcgen.GetEventRow) domain.Event {
+// toEvent converts a read of an event with its derived status (the
+// event_states view).
+func toEvent(row sqlcgen.EventState) domain.Event {
 	return domain.Event{
 		ID:             row.ID,
 		Type:           row.Type,
@@ -151,7 +151,7 @@ func toEvent(row sqlcgen.GetEventRow) domain.Event {
 // claimedEvent converts the event row a claim reads. Its status is pending
 // by construction: the delivery just claimed is not terminal.
 func claimedEvent(row sqlcgen.Event) domain.Event {
-	return toEvent(sqlcgen.GetEventRow{
+	return toEvent(sqlcgen.EventState{
 		ID:             row.ID,
 		Type:           row.Type,
 		Source:         row.Source,

@@ -251,7 +251,7 @@ func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.
 			return domain.Event{}, false, fmt.Errorf("create event %s: find idempotency key owner: %w", e.ID, interpretError(err))
 		}
 		if owner.CreatedAt.After(keptSince) {
-			return toEvent(sqlcgen.GetEventRow(owner)), false, nil
+			return toEvent(owner), false, nil
 		}
 		err = s.queries.ReleaseIdempotencyKey(ctx, sqlcgen.ReleaseIdempotencyKeyParams{
 			ID:             owner.ID,
@@ -301,7 +301,7 @@ func (s *Store) GetEvents(ctx context.Context, ids []string) ([]domain.Event, er
 	}
 	events := make([]domain.Event, len(rows))
 	for i, row := range rows {
-		events[i] = toEvent(sqlcgen.GetEventRow(row))
+		events[i] = toEvent(row)
 	}
 	return events, nil
 }

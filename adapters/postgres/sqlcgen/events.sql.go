@@ -13,33 +13,13 @@ import (
 )
 
 const eventByIdempotencyKey = `-- name: EventByIdempotencyKey :one
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.idempotency_key = $1::text
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE idempotency_key = $1::text
 `
 
-type EventByIdempotencyKeyRow struct {
-	ID             string
-	Type           string
-	Source         string
-	Data           []byte
-	OrderingKey    string
-	IdempotencyKey pgtype.Text
-	CreatedAt      time.Time
-	Status         string
-}
-
-// The event with its status, derived as in GetEvent.
-func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (EventByIdempotencyKeyRow, error) {
+// The event with its status (the event_states view).
+func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (EventState, error) {
 	row := q.db.QueryRow(ctx, eventByIdempotencyKey, idempotencyKey)
-	var i EventByIdempotencyKeyRow
+	var i EventState
 	err := row.Scan(
 		&i.ID,
 		&i.Type,
@@ -47,42 +27,23 @@ func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey stri
 		&i.Data,
 		&i.OrderingKey,
 		&i.IdempotencyKey,
+		&i.FannedOutAt,
 		&i.CreatedAt,
+		&i.EnqueuedAt,
 		&i.Status,
 	)
 	return i, err
 }
 
 const getEvent = `-- name: GetEvent :one
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.id = $1
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE id = $1
 `
 
-type GetEventRow struct {
-	ID             string
-	Type           string
-	Source         string
-	Data           []byte
-	OrderingKey    string
-	IdempotencyKey pgtype.Text
-	CreatedAt      time.Time
-	Status         string
-}
-
-// The event with its status, derived from its deliveries (migration 00004):
-// pending until fanned out and while a delivery is not terminal, then
-// failed if one is dead, delivered otherwise (also when it has none).
-func (q *Queries) GetEvent(ctx context.Context, id string) (GetEventRow, error) {
+// The event with its status, derived from its deliveries (the event_states
+// view, migration 00007).
+func (q *Queries) GetEvent(ctx context.Context, id string) (EventState, error) {
 	row := q.db.QueryRow(ctx, getEvent, id)
-	var i GetEventRow
+	var i EventState
 	err := row.Scan(
 		&i.ID,
 		&i.Type,
@@ -90,47 +51,29 @@ func (q *Queries) GetEvent(ctx context.Context, id string) (GetEventRow, error) 
 		&i.Data,
 		&i.OrderingKey,
 		&i.IdempotencyKey,
+		&i.FannedOutAt,
 		&i.CreatedAt,
+		&i.EnqueuedAt,
 		&i.Status,
 	)
 	return i, err
 }
 
 const getEvents = `-- name: GetEvents :many
-SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.created_at,
-    CASE
-        WHEN e.fanned_out_at IS NULL THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status IN ('pending', 'retrying', 'delivering')) THEN 'pending'
-        WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
-                     AND d.status = 'dead') THEN 'failed'
-        ELSE 'delivered'
-    END::text AS status
-FROM events e WHERE e.id = ANY($1::text[])
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE id = ANY($1::text[])
 `
 
-type GetEventsRow struct {
-	ID             string
-	Type           string
-	Source         string
-	Data           []byte
-	OrderingKey    string
-	IdempotencyKey pgtype.Text
-	CreatedAt      time.Time
-	Status         string
-}
-
-// Events with their status, derived as in GetEvent (an unfanned one, what
+// Events with their status (the event_states view; an unfanned one, what
 // fan-out loads, is pending without a probe).
-func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]GetEventsRow, error) {
+func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]EventState, error) {
 	rows, err := q.db.Query(ctx, getEvents, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []GetEventsRow{}
+	items := []EventState{}
 	for rows.Next() {
-		var i GetEventsRow
+		var i EventState
 		if err := rows.Scan(
 			&i.ID,
 			&i.Type,
@@ -138,7 +81,9 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]GetEventsRow, 
 			&i.Data,
 			&i.OrderingKey,
 			&i.IdempotencyKey,
+			&i.FannedOutAt,
 			&i.CreatedAt,
+			&i.EnqueuedAt,
 			&i.Status,
 		); err != nil {
 			return nil, err

@@ -50,6 +50,19 @@ type Event struct {
 	EnqueuedAt     pgtype.Timestamptz
 }
 
+type EventState struct {
+	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
+	IdempotencyKey pgtype.Text
+	FannedOutAt    pgtype.Timestamptz
+	CreatedAt      time.Time
+	EnqueuedAt     pgtype.Timestamptz
+	Status         string
+}
+
 type Subscription struct {
 	ID                      string
 	Url                     string
