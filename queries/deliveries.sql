@@ -140,7 +140,7 @@ ORDER BY a.delivery_id, a.attempt;
 -- name: DueDeliveries :many
 -- The scheduler's scan: due, non-terminal deliveries not enqueued since
 -- @enqueued_before, oldest first, leaving out ordered ones that are not
--- first in line (ClaimDelivery's predicate; unordered rows skip its
+-- first in line (ClaimDeliveries' predicate; unordered rows skip its
 -- subqueries), which a worker would only hold again. SKIP LOCKED lets scans
 -- run in parallel, and a row another scan marked meanwhile fails the
 -- re-checked condition, so no delivery is returned twice.

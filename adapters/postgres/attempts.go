@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -39,8 +38,8 @@ import (
 // workerBatchers are a Store's group commits of the worker's statements.
 type workerBatchers struct {
 	claims   *groupcommit.Batcher[*claimCall]
-	attempts *groupcommit.Batcher[*outcomeCall[sqlcgen.RecordAttemptParams]]
-	releases *groupcommit.Batcher[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]
+	attempts *groupcommit.Batcher[*outcomeCall[attemptWrite]]
+	releases *groupcommit.Batcher[*outcomeCall[releaseWrite]]
 }
 
 // newWorkerBatchers makes s's group commits of the worker's statements
@@ -48,8 +47,8 @@ type workerBatchers struct {
 func (s *Store) newWorkerBatchers() workerBatchers {
 	return workerBatchers{
 		claims:   groupcommit.New(s.claimDeliveries, groupcommit.Limits[*claimCall]{}),
-		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[sqlcgen.RecordAttemptParams]]{}),
-		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[sqlcgen.ReleaseDeliveryParams]]{}),
+		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[attemptWrite]]{}),
+		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[releaseWrite]]{}),
 	}
 }
 
@@ -63,7 +62,7 @@ type claimCall struct {
 	leaseMargin time.Duration
 	// claimed is the claimed row; nil when the delivery was not claimed.
 	// The caller reads it once Commit has returned.
-	claimed *sqlcgen.ClaimDeliveryRow
+	claimed *sqlcgen.ClaimDeliveriesRow
 }
 
 // ClaimDelivery implements ports.DeliveryStore. Concurrent claims are
@@ -84,18 +83,19 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 	return toClaimed(*c.claimed)
 }
 
-// claimAlone is ClaimDelivery without a group commit: one statement of its
-// own (ClaimDelivery). It is how a batch is written again row by row, and
-// what the benchmarks compare the group commit with.
+// claimAlone is ClaimDelivery without a group commit: a batch of one, in a
+// statement of its own, for the benchmarks to compare with.
 func (s *Store) claimAlone(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
-	row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: id, Now: now, LeaseMargin: interval(leaseMargin)})
-	if errors.Is(err, pgx.ErrNoRows) {
+	c := &claimCall{id: id, now: now, leaseMargin: leaseMargin}
+	errs := make([]error, 1)
+	s.claimDeliveries(ctx, []*claimCall{c}, errs)
+	if errs[0] != nil {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, errs[0])
+	}
+	if c.claimed == nil {
 		return ports.Claimed{}, s.notClaimed(ctx, id, now)
 	}
-	if err != nil {
-		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, interpretError(err))
-	}
-	return toClaimed(row)
+	return toClaimed(*c.claimed)
 }
 
 // notClaimed says why delivery id was not claimed (HoldDelivery), holding
@@ -115,7 +115,7 @@ func (s *Store) notClaimed(ctx context.Context, id string, now time.Time) error 
 }
 
 // toClaimed converts a claimed row.
-func toClaimed(row sqlcgen.ClaimDeliveryRow) (ports.Claimed, error) {
+func toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error) {
 	sub, err := toSubscription(row.Subscription)
 	if err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", row.ID, err)
@@ -154,42 +154,42 @@ func (s *Store) claimDeliveries(ctx context.Context, batch []*claimCall, errs []
 			first[c.id] = c
 		}
 	}
+	err := s.claim(ctx, first)
+	switch {
+	case err == nil:
+	case rowRejected(err) && len(first) > 1:
+		// Each on its own, so that only the guilty caller gets the error.
+		for i, c := range batch {
+			if first[c.id] == c {
+				errs[i] = interpretError(s.claim(ctx, map[string]*claimCall{c.id: c}))
+			}
+		}
+	default:
+		for i := range batch {
+			errs[i] = fmt.Errorf("batch claim of %d deliveries: %w", len(first), interpretError(err))
+		}
+	}
+}
+
+// claim runs ClaimDeliveries for calls, one per delivery id, and hands each
+// claimed row to its call.
+func (s *Store) claim(ctx context.Context, calls map[string]*claimCall) error {
 	// In id order: the order the statement locks rows in.
-	ids := slices.Sorted(maps.Keys(first))
+	ids := slices.Sorted(maps.Keys(calls))
 	p := sqlcgen.ClaimDeliveriesParams{
 		Ids:          ids,
 		Nows:         make([]time.Time, len(ids)),
 		LeaseMargins: make([]pgtype.Interval, len(ids)),
 	}
 	for i, id := range ids {
-		p.Nows[i], p.LeaseMargins[i] = first[id].now, interval(first[id].leaseMargin)
+		p.Nows[i], p.LeaseMargins[i] = calls[id].now, interval(calls[id].leaseMargin)
 	}
 	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.planned.ClaimDeliveries(ctx, p) })
-	switch {
-	case err == nil:
-		for _, row := range rows {
-			claimed := sqlcgen.ClaimDeliveryRow(row)
-			first[row.ID].claimed = &claimed
-		}
-	case rowRejected(err):
-		for i, c := range batch {
-			if first[c.id] != c {
-				continue // not claimed: its first call is
-			}
-			row, err := s.queries.ClaimDelivery(ctx, sqlcgen.ClaimDeliveryParams{ID: c.id, Now: c.now, LeaseMargin: interval(c.leaseMargin)})
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-			case err != nil:
-				errs[i] = interpretError(err)
-			default:
-				c.claimed = &row
-			}
-		}
-	default:
-		for i := range batch {
-			errs[i] = fmt.Errorf("batch claim of %d deliveries: %w", len(p.Ids), interpretError(err))
-		}
+	for _, row := range rows {
+		claimed := row
+		calls[row.ID].claimed = &claimed
 	}
+	return err
 }
 
 // RecordAttempt implements ports.DeliveryStore. Concurrent calls are
@@ -203,51 +203,66 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
 	}
-	c := &outcomeCall[sqlcgen.RecordAttemptParams]{id: d.ID, params: recordAttemptParams(d, a)}
+	c := &outcomeCall[attemptWrite]{id: d.ID, params: newAttemptWrite(d, a)}
 	if err := s.workers().attempts.Commit(ctx, c); err != nil {
 		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, err)
 	}
 	return s.nextInLine(ctx, d.Status.Terminal(), c.stored), nil
 }
 
-// recordAlone is RecordAttempt without a group commit: one statement of
-// its own (RecordAttempt), for the benchmarks to compare with.
+// recordAlone is RecordAttempt without a group commit: a batch of one, in
+// a statement of its own, for the benchmarks to compare with.
 func (s *Store) recordAlone(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
-	row, err := s.recordAttempt(ctx, recordAttemptParams(d, a))
-	if err != nil {
-		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, interpretError(err))
+	c := &outcomeCall[attemptWrite]{id: d.ID, params: newAttemptWrite(d, a)}
+	errs := make([]error, 1)
+	s.recordAttempts(ctx, []*outcomeCall[attemptWrite]{c}, errs)
+	if errs[0] != nil {
+		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, errs[0])
 	}
-	return s.nextInLine(ctx, d.Status.Terminal(), row), nil
+	return s.nextInLine(ctx, d.Status.Terminal(), c.stored), nil
 }
 
-func recordAttemptParams(d domain.Delivery, a domain.Attempt) sqlcgen.RecordAttemptParams {
-	return sqlcgen.RecordAttemptParams{
+// attemptWrite is one RecordAttempt's row of RecordAttempts. Status codes
+// of 0 store NULL (no response).
+type attemptWrite struct {
+	ID               string
+	Status           string
+	Attempts         int32
+	NextAttemptAt    time.Time
+	LastStatusCode   int32
+	LastError        string
+	Reason           string
+	UpdatedAt        time.Time
+	Attempt          int32
+	StatusCode       int32
+	ResponseBody     []byte
+	Error            string
+	Duration         pgtype.Interval
+	AttemptCreatedAt time.Time
+}
+
+func newAttemptWrite(d domain.Delivery, a domain.Attempt) attemptWrite {
+	return attemptWrite{
 		ID:               d.ID,
 		Status:           string(d.Status),
 		Attempts:         int32(d.Attempts),
 		NextAttemptAt:    d.NextAttemptAt,
-		LastStatusCode:   optionalInt(d.LastStatusCode),
+		LastStatusCode:   int32(d.LastStatusCode),
 		LastError:        validText(d.LastError),
 		Reason:           d.Reason,
 		UpdatedAt:        d.UpdatedAt,
 		Attempt:          int32(a.Number),
-		StatusCode:       optionalInt(a.StatusCode),
-		ResponseBody:     []byte(a.ResponseBody),
+		StatusCode:       int32(a.StatusCode),
+		ResponseBody:     nonNil([]byte(a.ResponseBody)),
 		Error:            validText(a.Error),
 		Duration:         interval(a.Duration),
 		AttemptCreatedAt: a.CreatedAt,
 	}
 }
 
-// recordAttempt writes one outcome on its own.
-func (s *Store) recordAttempt(ctx context.Context, p sqlcgen.RecordAttemptParams) (outcomeRow, error) {
-	row, err := s.queries.RecordAttempt(ctx, p)
-	return outcomeRow(row), err
-}
-
 // recordAttempts is the groupcommit.WriteFunc of RecordAttempt.
-func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[sqlcgen.RecordAttemptParams], errs []error) {
-	writeOutcomes(ctx, batch, errs, "record", func(ctx context.Context, ps []sqlcgen.RecordAttemptParams) (map[string]outcomeRow, error) {
+func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[attemptWrite], errs []error) {
+	writeOutcomes(ctx, batch, errs, "record", func(ctx context.Context, ps []attemptWrite) (map[string]outcomeRow, error) {
 		p := sqlcgen.RecordAttemptsParams{
 			Ids:               make([]string, len(ps)),
 			Statuses:          make([]string, len(ps)),
@@ -267,10 +282,9 @@ func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[sqlcgen
 		for i, r := range ps {
 			p.Ids[i], p.Statuses[i], p.Attempts[i] = r.ID, r.Status, r.Attempts
 			p.NextAttemptAts[i], p.LastErrors[i], p.Reasons[i] = r.NextAttemptAt, r.LastError, r.Reason
-			// 0 stands for NULL, as optionalInt made it.
-			p.LastStatusCodes[i], p.StatusCodes[i] = r.LastStatusCode.Int32, r.StatusCode.Int32
+			p.LastStatusCodes[i], p.StatusCodes[i] = r.LastStatusCode, r.StatusCode
 			p.UpdatedAts[i], p.AttemptNumbers[i] = r.UpdatedAt, r.Attempt
-			p.ResponseBodies[i], p.Errors[i] = nonNil(r.ResponseBody), r.Error
+			p.ResponseBodies[i], p.Errors[i] = r.ResponseBody, r.Error
 			p.Durations[i], p.AttemptCreatedAts[i] = r.Duration, r.AttemptCreatedAt
 		}
 		rows, err := s.planned.RecordAttempts(ctx, p)
@@ -282,14 +296,14 @@ func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[sqlcgen
 			stored[row.ID] = outcomeRow{EventID: row.EventID, SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey}
 		}
 		return stored, nil
-	}, s.recordAttempt)
+	})
 }
 
 // ReleaseDelivery implements ports.DeliveryStore, group-committed like
 // RecordAttempt (one ReleaseDeliveries statement per batch), and for a
 // settlement of an ordered delivery the next in line, as in RecordAttempt.
 func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]string, error) {
-	c := &outcomeCall[sqlcgen.ReleaseDeliveryParams]{id: d.ID, params: sqlcgen.ReleaseDeliveryParams{
+	c := &outcomeCall[releaseWrite]{id: d.ID, params: releaseWrite{
 		ID:            d.ID,
 		Status:        string(d.Status),
 		NextAttemptAt: d.NextAttemptAt,
@@ -303,15 +317,19 @@ func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]strin
 	return s.nextInLine(ctx, d.Status.Terminal(), c.stored), nil
 }
 
-// releaseDelivery writes one release on its own.
-func (s *Store) releaseDelivery(ctx context.Context, p sqlcgen.ReleaseDeliveryParams) (outcomeRow, error) {
-	row, err := s.queries.ReleaseDelivery(ctx, p)
-	return outcomeRow(row), err
+// releaseWrite is one ReleaseDelivery's row of ReleaseDeliveries.
+type releaseWrite struct {
+	ID            string
+	Status        string
+	NextAttemptAt time.Time
+	Reason        string
+	LastError     string
+	UpdatedAt     time.Time
 }
 
 // releaseDeliveries is the groupcommit.WriteFunc of ReleaseDelivery.
-func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[sqlcgen.ReleaseDeliveryParams], errs []error) {
-	writeOutcomes(ctx, batch, errs, "release", func(ctx context.Context, ps []sqlcgen.ReleaseDeliveryParams) (map[string]outcomeRow, error) {
+func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[releaseWrite], errs []error) {
+	writeOutcomes(ctx, batch, errs, "release", func(ctx context.Context, ps []releaseWrite) (map[string]outcomeRow, error) {
 		p := sqlcgen.ReleaseDeliveriesParams{
 			Ids:            make([]string, len(ps)),
 			Statuses:       make([]string, len(ps)),
@@ -333,12 +351,11 @@ func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[sqlc
 			stored[row.ID] = outcomeRow{EventID: row.EventID, SubscriptionID: row.SubscriptionID, OrderingKey: row.OrderingKey}
 		}
 		return stored, nil
-	}, s.releaseDelivery)
+	})
 }
 
 // outcomeCall is one RecordAttempt or ReleaseDelivery in a group commit:
-// the new state of delivery id, as the parameters of its single-row
-// statement.
+// the new state of delivery id, as its row of the batch statement.
 type outcomeCall[P any] struct {
 	id     string
 	params P
@@ -348,7 +365,7 @@ type outcomeCall[P any] struct {
 }
 
 // outcomeRow is what the statements that store a delivery's new state
-// (RecordAttempt, ReleaseDelivery and their batches) return: the stored
+// (RecordAttempts, ReleaseDeliveries) return: the stored
 // row's event, subscription and ordering key, not the caller's copies.
 type outcomeRow struct {
 	EventID        string
@@ -359,8 +376,8 @@ type outcomeRow struct {
 // writeOutcomes writes a batch of outcomes: the first call for each
 // delivery in one statement (many, which returns the stored rows by
 // delivery id and leaves out deliveries that do not exist), then any later
-// call for a delivery already in the batch on its own (one), after the
-// first, as if it had come in the next batch.
+// call for a delivery already in the batch on its own (many with one row),
+// after the first, as if it had come in the next batch.
 //
 // When PostgreSQL rejects the statement because of a row's content
 // (rowRejected: an attempt that exists already, a value out of range),
@@ -373,7 +390,6 @@ type outcomeRow struct {
 func writeOutcomes[P any](
 	ctx context.Context, batch []*outcomeCall[P], errs []error, what string,
 	many func(context.Context, []P) (map[string]outcomeRow, error),
-	one func(context.Context, P) (outcomeRow, error),
 ) {
 	var firsts, alone []int
 	named := make(map[string]bool, len(batch))
@@ -411,12 +427,16 @@ func writeOutcomes[P any](
 		}
 	}
 	for _, i := range alone {
-		row, err := one(ctx, batch[i].params)
-		if err != nil {
+		stored, err := many(ctx, []P{batch[i].params})
+		row, ok := stored[batch[i].id]
+		switch {
+		case err != nil:
 			errs[i] = interpretError(err)
-			continue
+		case !ok:
+			errs[i] = domain.ErrNotFound
+		default:
+			batch[i].stored = row
 		}
-		batch[i].stored = row
 	}
 }
 

@@ -15,8 +15,8 @@ func ClaimsWaiting(s *Store) int   { return s.workers().claims.Waiting() }
 func AttemptsWaiting(s *Store) int { return s.workers().attempts.Waiting() }
 
 // ClaimDeliveryAlone and RecordAttemptAlone are ClaimDelivery and
-// RecordAttempt with a statement of their own, as before group commit, for
-// the benchmarks to compare with.
+// RecordAttempt with a statement of their own (a batch of one), as before
+// group commit, for the benchmarks to compare with.
 func ClaimDeliveryAlone(ctx context.Context, s *Store, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	return s.claimAlone(ctx, id, now, leaseMargin)
 }

@@ -205,11 +205,6 @@ func optionalText(s string) pgtype.Text {
 	return pgtype.Text{String: s, Valid: s != ""}
 }
 
-// optionalInt stores 0 as NULL: an HTTP status code of 0 means no response.
-func optionalInt(n int) pgtype.Int4 {
-	return pgtype.Int4{Int32: int32(n), Valid: n != 0}
-}
-
 // storedTime is t as PostgreSQL keeps it: UTC, microsecond precision
 // (pgx truncates when it encodes). Values handed back without a read, such
 // as UpdateSubscription's result, go through it to match a later read.

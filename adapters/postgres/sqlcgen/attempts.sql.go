@@ -82,12 +82,31 @@ type ClaimDeliveriesRow struct {
 	Subscription   Subscription
 }
 
-// ClaimDelivery for a group commit of concurrent claims (see
-// Store.ClaimDelivery): row i of the zipped arrays claims delivery
-// @ids[i] at @nows[i] with lease margin @lease_margins[i], with exactly
-// ClaimDelivery's predicate and lease, and the claimed rows come back with
-// their event and subscription, in no particular order (the caller matches
-// them by id). An id must appear at most once: the caller sends each once.
+// The worker's hot path: takes a due delivery (pending or retrying and due,
+// or delivering with an expired lease), leases it for its subscription's
+// timeout plus @lease_margin, and returns it with its event and subscription
+// in one round trip, for a batch of concurrent claims.
+//
+// An ordered delivery must also be first in line (SPEC §3): no delivery of
+// its subscription and key for an earlier event is pending, retrying or
+// delivering (one probe of deliveries_ordering_idx), and no earlier event
+// awaits fan-out, since its deliveries may not exist yet (a scan of
+// events_unfanned_idx, which is tiny in steady state). The OR tests the key
+// first, so an unordered delivery never runs the subqueries: its plan and
+// cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
+// the predicate, NextInLine its second half; keep them alike.
+//
+// Under READ COMMITTED the subqueries read the statement's snapshot, which
+// errs only towards holding: an earlier delivery can only have become
+// terminal since, and fan-out marks an event and inserts its deliveries in
+// one statement, so an earlier event is seen either unfanned or with its
+// deliveries.
+//
+// The group commit of concurrent claims (see Store.ClaimDelivery): row i
+// of the zipped arrays claims delivery @ids[i] at @nows[i] with lease
+// margin @lease_margins[i], and the claimed rows come back with their event
+// and subscription, in no particular order (the caller matches them by
+// id); a claim on its own is a batch of one. An id must appear at most once: the caller sends each once.
 //
 // Rows are locked as the UPDATE reaches them, in the order of @ids (a
 // nested loop from the array over deliveries_pkey), which the caller sorts,
@@ -101,7 +120,7 @@ type ClaimDeliveriesRow struct {
 // should a plan ever lock out of order and two batches deadlock,
 // PostgreSQL aborts one and the caller writes it again. A row changed
 // meanwhile is re-checked against the predicate on its committed version,
-// as in ClaimDelivery.
+// as above.
 func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams) ([]ClaimDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, claimDeliveries, arg.Ids, arg.Nows, arg.LeaseMargins)
 	if err != nil {
@@ -162,135 +181,6 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 	return items, nil
 }
 
-const claimDelivery = `-- name: ClaimDelivery :one
-WITH claimed AS (
-    UPDATE deliveries SET
-        lease_until = ($1::timestamptz + subscriptions.timeout + $2::interval),
-        updated_at = $1
-    FROM subscriptions
-    WHERE deliveries.id = $3
-      AND subscriptions.id = deliveries.subscription_id
-      AND deliveries.status IN ('pending', 'retrying', 'delivering')
-      AND deliveries.next_attempt_at <= $1
-      AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= $1)
-      AND (deliveries.ordering_key = '' OR (
-          NOT EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = deliveries.subscription_id
-                AND earlier.ordering_key = deliveries.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < deliveries.event_id
-          )
-          AND NOT EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < deliveries.event_id
-          )
-      ))
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
-)
-SELECT
-    claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
-    claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
-    claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at, claimed.lease_until,
-    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
-FROM claimed
-JOIN events ON events.id = claimed.event_id
-JOIN subscriptions ON subscriptions.id = claimed.subscription_id
-`
-
-type ClaimDeliveryParams struct {
-	Now         time.Time
-	LeaseMargin pgtype.Interval
-	ID          string
-}
-
-type ClaimDeliveryRow struct {
-	ID             string
-	EventID        string
-	SubscriptionID string
-	Status         string
-	Attempts       int32
-	NextAttemptAt  time.Time
-	LastStatusCode pgtype.Int4
-	LastError      string
-	Reason         string
-	OrderingKey    string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	LeaseUntil     pgtype.Timestamptz
-	Event          Event
-	Subscription   Subscription
-}
-
-// The worker's hot path: takes a due delivery (pending or retrying and due,
-// or delivering with an expired lease), leases it for its subscription's
-// timeout plus @lease_margin, and returns it with its event and subscription
-// in one round trip.
-//
-// An ordered delivery must also be first in line (SPEC §3): no delivery of
-// its subscription and key for an earlier event is pending, retrying or
-// delivering (one probe of deliveries_ordering_idx), and no earlier event
-// awaits fan-out, since its deliveries may not exist yet (a scan of
-// events_unfanned_idx, which is tiny in steady state). The OR tests the key
-// first, so an unordered delivery never runs the subqueries: its plan and
-// cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
-// the predicate, NextInLine its second half; keep them alike.
-//
-// Under READ COMMITTED the subqueries read the statement's snapshot, which
-// errs only towards holding: an earlier delivery can only have become
-// terminal since, and fan-out marks an event and inserts its deliveries in
-// one statement, so an earlier event is seen either unfanned or with its
-// deliveries.
-func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, claimDelivery, arg.Now, arg.LeaseMargin, arg.ID)
-	var i ClaimDeliveryRow
-	err := row.Scan(
-		&i.ID,
-		&i.EventID,
-		&i.SubscriptionID,
-		&i.Status,
-		&i.Attempts,
-		&i.NextAttemptAt,
-		&i.LastStatusCode,
-		&i.LastError,
-		&i.Reason,
-		&i.OrderingKey,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.LeaseUntil,
-		&i.Event.ID,
-		&i.Event.Type,
-		&i.Event.Source,
-		&i.Event.Data,
-		&i.Event.OrderingKey,
-		&i.Event.IdempotencyKey,
-		&i.Event.FannedOutAt,
-		&i.Event.CreatedAt,
-		&i.Event.EnqueuedAt,
-		&i.Subscription.ID,
-		&i.Subscription.Url,
-		&i.Subscription.EventTypes,
-		&i.Subscription.Description,
-		&i.Subscription.Secret,
-		&i.Subscription.PreviousSecret,
-		&i.Subscription.PreviousSecretExpiresAt,
-		&i.Subscription.Active,
-		&i.Subscription.DisabledReason,
-		&i.Subscription.RateLimit,
-		&i.Subscription.MaxInFlight,
-		&i.Subscription.Timeout,
-		&i.Subscription.RetryPolicy,
-		&i.Subscription.OrderingKey,
-		&i.Subscription.Headers,
-		&i.Subscription.CreatedAt,
-		&i.Subscription.UpdatedAt,
-	)
-	return i, err
-}
-
 const holdDelivery = `-- name: HoldDelivery :one
 WITH held AS (
     UPDATE deliveries SET enqueued_at = NULL
@@ -331,10 +221,10 @@ type HoldDeliveryRow struct {
 	Held  bool
 }
 
-// ClaimDelivery's second statement, run only when the claim took nothing.
-// found tells a delivery that does not exist from one that cannot be
+// Store.ClaimDelivery's second statement, run only when the claim took
+// nothing. found tells a delivery that does not exist from one that cannot be
 // claimed; held says the only obstacle was ordering: the delivery is due
-// and not terminal but not first in line (ClaimDelivery's predicate,
+// and not terminal but not first in line (ClaimDeliveries' predicate,
 // negated). A held delivery's enqueued mark is cleared: DueDeliveries
 // leaves it out while it is held, and its first scan after that enqueues
 // it.
@@ -372,7 +262,7 @@ type NextInLineParams struct {
 // the smallest event id among those not terminal (the first entry of
 // deliveries_ordering_idx for the pair, so nothing not terminal precedes
 // it), provided it is first in line now, that is, no earlier event awaits
-// fan-out (see ClaimDelivery). At most one row.
+// fan-out (see ClaimDeliveries). At most one row.
 func (q *Queries) NextInLine(ctx context.Context, arg NextInLineParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, nextInLine, arg.SubscriptionID, arg.OrderingKey)
 	if err != nil {
@@ -391,85 +281,6 @@ func (q *Queries) NextInLine(ctx context.Context, arg NextInLineParams) ([]strin
 		return nil, err
 	}
 	return items, nil
-}
-
-const recordAttempt = `-- name: RecordAttempt :one
-WITH updated AS (
-    UPDATE deliveries SET
-        status = $1,
-        attempts = $2,
-        next_attempt_at = $3,
-        lease_until = NULL,
-        last_status_code = $4,
-        last_error = $5,
-        reason = $6,
-        enqueued_at = NULL,
-        updated_at = $7
-    WHERE deliveries.id = $8
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
-), inserted AS (
-    INSERT INTO attempts (
-        delivery_id, subscription_id, attempt, status_code, response_body,
-        error, duration, created_at
-    )
-    SELECT
-        updated.id, updated.subscription_id, $9, $10,
-        $11, $12, $13, $14
-    FROM updated
-    RETURNING attempts.delivery_id
-)
-SELECT updated.event_id, updated.subscription_id, updated.ordering_key
-FROM updated
-JOIN inserted ON inserted.delivery_id = updated.id
-`
-
-type RecordAttemptParams struct {
-	Status           string
-	Attempts         int32
-	NextAttemptAt    time.Time
-	LastStatusCode   pgtype.Int4
-	LastError        string
-	Reason           string
-	UpdatedAt        time.Time
-	ID               string
-	Attempt          int32
-	StatusCode       pgtype.Int4
-	ResponseBody     []byte
-	Error            string
-	Duration         pgtype.Interval
-	AttemptCreatedAt time.Time
-}
-
-type RecordAttemptRow struct {
-	EventID        string
-	SubscriptionID string
-	OrderingKey    string
-}
-
-// Stores the delivery's new state and its attempt in one statement. The
-// enqueued mark is cleared so the scheduler's scan picks a retrying delivery
-// up as soon as it is due. It returns the stored subscription and ordering
-// key, for NextInLine. Returns no row when the delivery does not exist.
-func (q *Queries) RecordAttempt(ctx context.Context, arg RecordAttemptParams) (RecordAttemptRow, error) {
-	row := q.db.QueryRow(ctx, recordAttempt,
-		arg.Status,
-		arg.Attempts,
-		arg.NextAttemptAt,
-		arg.LastStatusCode,
-		arg.LastError,
-		arg.Reason,
-		arg.UpdatedAt,
-		arg.ID,
-		arg.Attempt,
-		arg.StatusCode,
-		arg.ResponseBody,
-		arg.Error,
-		arg.Duration,
-		arg.AttemptCreatedAt,
-	)
-	var i RecordAttemptRow
-	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
-	return i, err
 }
 
 const recordAttempts = `-- name: RecordAttempts :many
@@ -543,9 +354,12 @@ type RecordAttemptsRow struct {
 	OrderingKey    string
 }
 
-// RecordAttempt for a group commit of concurrent outcomes (see
-// Store.RecordAttempt): row i of the zipped arrays is one delivery's new
-// state and its attempt; a status code of 0 stores NULL (no response). It
+// Stores deliveries' new states and their attempts in one statement: the
+// group commit of concurrent outcomes (see Store.RecordAttempt), an outcome
+// on its own being a batch of one. The lease and the enqueued mark are
+// cleared, so the scheduler's scan picks a retrying delivery up as soon as
+// it is due. Row i of the zipped arrays is one delivery's new state and
+// its attempt; a status code of 0 stores NULL (no response). It
 // returns, per delivery stored, its id and stored event, subscription and
 // ordering key; a delivery that does not exist is not returned. An id must
 // appear at most once: the caller sends each once, in id order, which is
@@ -634,8 +448,10 @@ type ReleaseDeliveriesRow struct {
 	OrderingKey    string
 }
 
-// ReleaseDelivery for a group commit of concurrent releases (see
-// Store.ReleaseDelivery), as RecordAttempts without the attempts.
+// Claimed deliveries' new states without an attempt (a postponement, or a
+// settlement that needs no request): the group commit of concurrent
+// releases (see Store.ReleaseDelivery), as RecordAttempts without the
+// attempts.
 func (q *Queries) ReleaseDeliveries(ctx context.Context, arg ReleaseDeliveriesParams) ([]ReleaseDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, releaseDeliveries,
 		arg.Ids,
@@ -666,54 +482,4 @@ func (q *Queries) ReleaseDeliveries(ctx context.Context, arg ReleaseDeliveriesPa
 		return nil, err
 	}
 	return items, nil
-}
-
-const releaseDelivery = `-- name: ReleaseDelivery :one
-WITH updated AS (
-    UPDATE deliveries SET
-        status = $1,
-        next_attempt_at = $2,
-        lease_until = NULL,
-        reason = $3,
-        last_error = $4,
-        enqueued_at = NULL,
-        updated_at = $5
-    WHERE deliveries.id = $6
-    RETURNING deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
-)
-SELECT updated.event_id, updated.subscription_id, updated.ordering_key
-FROM updated
-`
-
-type ReleaseDeliveryParams struct {
-	Status        string
-	NextAttemptAt time.Time
-	Reason        string
-	LastError     string
-	UpdatedAt     time.Time
-	ID            string
-}
-
-type ReleaseDeliveryRow struct {
-	EventID        string
-	SubscriptionID string
-	OrderingKey    string
-}
-
-// A claimed delivery's new state without an attempt (a postponement, or a
-// settlement that needs no request). Like RecordAttempt, it clears the
-// enqueued mark and returns the stored subscription and ordering key.
-// Returns no row when the delivery does not exist.
-func (q *Queries) ReleaseDelivery(ctx context.Context, arg ReleaseDeliveryParams) (ReleaseDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, releaseDelivery,
-		arg.Status,
-		arg.NextAttemptAt,
-		arg.Reason,
-		arg.LastError,
-		arg.UpdatedAt,
-		arg.ID,
-	)
-	var i ReleaseDeliveryRow
-	err := row.Scan(&i.EventID, &i.SubscriptionID, &i.OrderingKey)
-	return i, err
 }
