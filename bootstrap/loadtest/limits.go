@@ -3,21 +3,17 @@ package loadtest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -147,11 +143,13 @@ func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 // the same with synchronous_commit off (the worker's setting), and rows
 // per second of 500-row multi-row INSERTs (what group commit approaches).
 func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
-	dsn, drop, err := scratchDatabase(ctx, o.DatabaseURL)
+	// A database of its own, made and dropped as a load run's is.
+	d := &deployment{}
+	defer func() { _ = d.stop(context.WithoutCancel(ctx)) }()
+	dsn, err := d.createDatabase(ctx, o.DatabaseURL, "dispatch_limits_"+randomHex(6))
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -215,7 +213,7 @@ func probeRedis(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	opts.PoolSize = o.Concurrency
 	client := goredis.NewClient(opts)
 	defer client.Close()
-	key := "dispatch-load:limits:" + randomSuffix()
+	key := "dispatch-load:limits:" + randomHex(6)
 	defer client.Del(context.WithoutCancel(ctx), key)
 	body := strings.Repeat("x", 26) // a delivery id
 	single, per1, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
@@ -239,36 +237,6 @@ func probeRedis(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		{Name: "Redis XADD round trips/s", Ops: single, Per: per1, Notes: fmt.Sprintf("%d clients, one command each", o.Concurrency)},
 		{Name: "Redis XADD/s pipelined", Ops: piped, Per: per2, Notes: "4 clients, 100 commands per pipeline"},
 	}, nil
-}
-
-// scratchDatabase creates a database of its own on the server of
-// serverURL and returns its URL and a func that drops it.
-func scratchDatabase(ctx context.Context, serverURL string) (string, func(), error) {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("--database-url: %w", err)
-	}
-	admin, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return "", nil, err
-	}
-	name := "dispatch_limits_" + randomSuffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		_ = admin.Close(ctx)
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	return u.String(), func() {
-		c := context.WithoutCancel(ctx)
-		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		_ = admin.Close(c)
-	}, nil
-}
-
-func randomSuffix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // WriteLimits prints the figures as a Markdown table.
