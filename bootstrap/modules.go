@@ -58,8 +58,14 @@ func newRegistry() (*prometheus.Registry, prometheus.Registerer) {
 
 // postgresModule provides the PostgreSQL store.
 var postgresModule = fx.Module("postgres",
-	fx.Provide(newPool, func(pool *pgxpool.Pool) ports.Store { return postgres.New(pool) }),
+	fx.Provide(newPool, newBatchPool, func(pool *pgxpool.Pool, batch batchPool) ports.Store {
+		return postgres.New(pool, postgres.BatchPool(batch.Pool))
+	}),
 )
+
+// batchPool is the small pool the store's group-committed worker
+// statements run on (see postgres.ConnectBatches).
+type batchPool struct{ *pgxpool.Pool }
 
 func newPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -74,6 +80,21 @@ func newPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
 	}
 	lc.Append(fx.StopHook(pool.Close))
 	return pool, nil
+}
+
+func newBatchPool(lc fx.Lifecycle, cfg Config) (batchPool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var opts []postgres.ConnectOption
+	if cfg.asyncCommits {
+		opts = append(opts, postgres.AsyncCommits())
+	}
+	pool, err := postgres.ConnectBatches(ctx, cfg.DatabaseURL, opts...)
+	if err != nil {
+		return batchPool{}, fmt.Errorf("connect to PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
+	}
+	lc.Append(fx.StopHook(pool.Close))
+	return batchPool{pool}, nil
 }
 
 // migrateOnStart applies pending migrations before anything else starts.

@@ -110,7 +110,12 @@ WITH wanted AS (
         updated_at = wanted.claimed_at
     FROM wanted
     WHERE deliveries.id = wanted.id
-      AND deliveries.status IN ('pending', 'retrying', 'delivering')
+      -- Not terminal, written so that it does not imply the predicate of
+      -- deliveries_due_idx or deliveries_status_idx: on a BatchPool's
+      -- sessions (see postgres.ConnectBatches), a full scan of a partial
+      -- index the WHERE clause implies would be the cheapest plan while
+      -- deliveries is small, and the cached plan would keep it.
+      AND deliveries.status NOT IN ('delivered', 'dead')
       AND deliveries.next_attempt_at <= wanted.claimed_at
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
       AND (deliveries.ordering_key = '' OR (

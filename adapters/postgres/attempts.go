@@ -184,7 +184,7 @@ func (s *Store) claim(ctx context.Context, calls map[string]*claimCall) error {
 	for i, id := range ids {
 		p.Nows[i], p.LeaseMargins[i] = calls[id].now, interval(calls[id].leaseMargin)
 	}
-	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.planned.ClaimDeliveries(ctx, p) })
+	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.batch.ClaimDeliveries(ctx, p) })
 	for _, row := range rows {
 		claimed := row
 		calls[row.ID].claimed = &claimed
@@ -287,7 +287,7 @@ func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[attempt
 			p.ResponseBodies[i], p.Errors[i] = r.ResponseBody, r.Error
 			p.Durations[i], p.AttemptCreatedAts[i] = r.Duration, r.AttemptCreatedAt
 		}
-		rows, err := s.planned.RecordAttempts(ctx, p)
+		rows, err := s.batch.RecordAttempts(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -342,7 +342,7 @@ func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[rele
 			p.Ids[i], p.Statuses[i], p.NextAttemptAts[i] = r.ID, r.Status, r.NextAttemptAt
 			p.Reasons[i], p.LastErrors[i], p.UpdatedAts[i] = r.Reason, r.LastError, r.UpdatedAt
 		}
-		rows, err := s.planned.ReleaseDeliveries(ctx, p)
+		rows, err := s.batch.ReleaseDeliveries(ctx, p)
 		if err != nil {
 			return nil, err
 		}

@@ -31,9 +31,11 @@ const workerCallers = 200
 // workerWait bounds every wait; generous for a loaded CI machine.
 const workerWait = 10 * time.Second
 
-// workerFixture is a store with one subscription.
+// workerFixture is a store as deployed (with a BatchPool) with one
+// subscription.
 type workerFixture struct {
 	pool  *pgxpool.Pool
+	batch *pgxpool.Pool
 	store *postgres.Store
 	sub   domain.Subscription
 	now   time.Time
@@ -41,8 +43,8 @@ type workerFixture struct {
 
 func newWorkerFixture(t *testing.T) workerFixture {
 	t.Helper()
-	pool := pgtest.NewPool(t)
-	store := postgres.New(pool)
+	pool, batch := pgtest.NewPools(t)
+	store := postgres.New(pool, postgres.BatchPool(batch))
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	sub := domain.Subscription{
 		ID:          domain.MustNewID(domain.SubscriptionIDPrefix, now),
@@ -59,7 +61,7 @@ func newWorkerFixture(t *testing.T) workerFixture {
 		UpdatedAt:   now,
 	}
 	require.NoError(t, store.CreateSubscription(t.Context(), sub))
-	return workerFixture{pool: pool, store: store, sub: sub, now: now}
+	return workerFixture{pool: pool, batch: batch, store: store, sub: sub, now: now}
 }
 
 // deliveries stores n due deliveries, one per new event (so their event

@@ -29,6 +29,10 @@ type Store struct {
 	// that grow from empty (the batched claims, outcomes and fan-outs and
 	// the scheduler's scans); see unprepared.
 	planned *sqlcgen.Queries
+	// batch runs the worker's group-committed statements (ClaimDeliveries,
+	// RecordAttempts, ReleaseDeliveries): prepared on a BatchPool when the
+	// Store has one, else planned per batch like planned.
+	batch *sqlcgen.Queries
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
 	events *groupcommit.Batcher[newEvent]
@@ -40,11 +44,27 @@ type Store struct {
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
-func New(pool *pgxpool.Pool) *Store {
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{pool: pool, queries: sqlcgen.New(pool), planned: sqlcgen.New(newUnprepared(pool))}
+	s.batch = s.planned
+	for _, opt := range opts {
+		opt(s)
+	}
 	s.events = s.newEventBatcher(eventWriters)
 	s.worker = s.newWorkerBatchers()
 	return s
+}
+
+// Option tunes New.
+type Option func(*Store)
+
+// BatchPool runs the worker's group-committed statements on pool, a pool
+// from ConnectBatches, as prepared statements whose plans are made once
+// per connection. Without it they are planned for every batch, which
+// costs PostgreSQL several times what running them does. The caller
+// closes pool, after the Store's last use.
+func BatchPool(pool *pgxpool.Pool) Option {
+	return func(s *Store) { s.batch = sqlcgen.New(pool) }
 }
 
 // Ping reports whether PostgreSQL answers.

@@ -9,7 +9,19 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports/storetest"
 )
 
+// TestStore runs the contract suite on the Store as deployed: the worker's
+// batch statements prepared on a BatchPool.
 func TestStore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) ports.Store {
+		pool, batch := pgtest.NewPools(t)
+		return postgres.New(pool, postgres.BatchPool(batch))
+	})
+}
+
+// TestStoreWithoutBatchPool runs it on a Store that plans the batch
+// statements for every batch, on its one pool.
+func TestStoreWithoutBatchPool(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) ports.Store { return postgres.New(pgtest.NewPool(t)) })
 }

@@ -19,17 +19,19 @@ import (
 // away only when the values are known: a generic plan keeps the ORs and can
 // use no index but the primary key.
 //
-// The batch statements of the hot path (ClaimDeliveries, RecordAttempts,
-// ReleaseDeliveries, FanOut) and the scheduler's scans run unprepared too.
-// Their generic plan is made once per connection, with the table sizes of
-// that moment: a connection that made it while deliveries was a page or
-// two long joined the batch to a sequential scan of deliveries, and kept
-// doing so as the table grew (seen in W3: 83 million rows read by
-// sequential scans in a minute, and deliveries falling from 1,700/s to
-// 130/s, on a PostgreSQL without autovacuum, whose ANALYZE would have
-// invalidated the plan). Planned with each batch's values, and the table
-// as it is, they probe the primary key. The price is a parse and a plan
-// per batch, tens of rows, not per row.
+// The scheduler's scans and FanOut run unprepared too, and so do the
+// worker's batch statements (ClaimDeliveries, RecordAttempts,
+// ReleaseDeliveries) on a Store without a BatchPool. Their generic plan
+// is made once per connection, with the table sizes of that moment: a
+// connection that made it while deliveries was a page or two long joined
+// the batch to a sequential scan of deliveries, and kept doing so as the
+// table grew (seen in W3: 83 million rows read by sequential scans in a
+// minute, and deliveries falling from 1,700/s to 130/s, on a PostgreSQL
+// without autovacuum, whose ANALYZE would have invalidated the plan).
+// Planned with each batch's values, and the table as it is, they probe
+// the primary key, at the price of a parse and a plan per batch; a
+// BatchPool's sessions make the probe the only plan instead (see
+// ConnectBatches).
 type unprepared struct {
 	db   sqlcgen.DBTX
 	mode pgx.QueryExecMode

@@ -112,6 +112,27 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// NewPools is NewPool with a second pool to the same database, from
+// postgres.ConnectBatches, for postgres.BatchPool: the pools a deployed
+// Store runs on. Both are closed before the database is dropped.
+func NewPools(tb testing.TB) (pool, batch *pgxpool.Pool) {
+	tb.Helper()
+	dsn := NewDatabase(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	batch, err = postgres.ConnectBatches(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(batch.Close)
+	return pool, batch
+}
+
 // setUp connects to the server and builds the template, once per process.
 // It is not a sync.Once: a failure must fail every test that asks, with the
 // same message, rather than only the first.

@@ -1,0 +1,102 @@
+package postgres_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
+
+// TestBatchPlansProbeTheKey checks the plans a BatchPool's sessions cache
+// for the worker's batch statements (see postgres.ConnectBatches). The
+// generic plan of each is made here while the tables hold a few rows, the
+// moment a fresh deployment makes it, and must still be right once
+// deliveries holds millions: the batch joined to deliveries by its primary
+// key, with no sequential scan, no hash or merge join, and no full scan of
+// another index. Planned normally on tables this small, the statements
+// hash-join a sequential scan of deliveries; with ClaimDeliveries' status
+// test written as IN ('pending', …), the claim scans all of
+// deliveries_due_idx.
+func TestBatchPlansProbeTheKey(t *testing.T) {
+	t.Parallel()
+	f := newWorkerFixture(t)
+	ctx := t.Context()
+
+	// One of each statement, so that each is prepared on a connection.
+	ds := f.deliveries(t, 2, nil)
+	_, err := f.store.ClaimDelivery(ctx, ds[0].ID, f.now, time.Second)
+	require.NoError(t, err)
+	_, err = f.store.ClaimDelivery(ctx, ds[1].ID, f.now, time.Second)
+	require.NoError(t, err)
+	delivered := ds[0]
+	delivered.Status, delivered.Attempts, delivered.UpdatedAt = domain.DeliveryDelivered, 1, f.now
+	_, err = f.store.RecordAttempt(ctx, delivered, domain.Attempt{
+		DeliveryID: delivered.ID, Number: 1, StatusCode: 200, Duration: time.Millisecond, CreatedAt: f.now,
+	})
+	require.NoError(t, err)
+	postponed := ds[1]
+	postponed.Reason, postponed.NextAttemptAt, postponed.UpdatedAt = "throttled", f.now.Add(time.Second), f.now
+	_, err = f.store.ReleaseDelivery(ctx, postponed)
+	require.NoError(t, err)
+
+	targetScan := regexp.MustCompile(`Scan.* on deliveries$`)
+	plans := map[string]string{}
+	conns := f.batch.AcquireAllIdle(ctx)
+	for _, conn := range conns {
+		rows, err := conn.Query(ctx, `SELECT name, statement, cardinality(parameter_types) FROM pg_prepared_statements`)
+		require.NoError(t, err)
+		type prepared struct {
+			name, sql string
+			params    int
+		}
+		statements, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (prepared, error) {
+			var p prepared
+			return p, row.Scan(&p.name, &p.sql, &p.params)
+		})
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		for _, p := range statements {
+			if !strings.HasPrefix(p.sql, "-- name: ") {
+				continue
+			}
+			query := strings.Fields(p.sql)[2]
+			if plans[query] != "" {
+				continue
+			}
+			nulls := strings.TrimSuffix(strings.Repeat("NULL, ", p.params), ", ")
+			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+pgx.Identifier{p.name}.Sanitize()+"("+nulls+")", pgx.QueryExecModeSimpleProtocol)
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plans[query] = strings.Join(lines, "\n")
+		}
+		_, err = conn.Exec(ctx, "RESET plan_cache_mode")
+		require.NoError(t, err)
+		conn.Release()
+	}
+
+	for _, query := range []string{"ClaimDeliveries", "RecordAttempts", "ReleaseDeliveries"} {
+		plan, ok := plans[query]
+		if !assert.Truef(t, ok, "%s is not prepared on the batch pool; prepared there: %v", query, plans) {
+			continue
+		}
+		for _, banned := range []string{"Seq Scan", "Hash Join", "Merge Join", "Bitmap"} {
+			assert.NotContainsf(t, plan, banned, "generic plan of %s:\n%s", query, plan)
+		}
+		scans := 0
+		for _, line := range strings.Split(plan, "\n") {
+			if targetScan.MatchString(line) {
+				scans++
+				assert.Containsf(t, line, "Index Scan using deliveries_pkey on deliveries", "generic plan of %s:\n%s", query, plan)
+			}
+		}
+		assert.Equalf(t, 1, scans, "generic plan of %s reads deliveries once:\n%s", query, plan)
+	}
+}
