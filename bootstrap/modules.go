@@ -68,33 +68,28 @@ var postgresModule = fx.Module("postgres",
 type batchPool struct{ *pgxpool.Pool }
 
 func newPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
+	return connectPostgres(lc, cfg, postgres.Connect)
+}
+
+func newBatchPool(lc fx.Lifecycle, cfg Config) (batchPool, error) {
+	pool, err := connectPostgres(lc, cfg, postgres.ConnectBatches)
+	return batchPool{pool}, err
+}
+
+// connectPostgres opens a pool with connect, closed when the app stops.
+func connectPostgres(lc fx.Lifecycle, cfg Config, connect func(context.Context, string, ...postgres.ConnectOption) (*pgxpool.Pool, error)) (*pgxpool.Pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var opts []postgres.ConnectOption
 	if cfg.asyncCommits {
 		opts = append(opts, postgres.AsyncCommits())
 	}
-	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, opts...)
+	pool, err := connect(ctx, cfg.DatabaseURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
 	}
 	lc.Append(fx.StopHook(pool.Close))
 	return pool, nil
-}
-
-func newBatchPool(lc fx.Lifecycle, cfg Config) (batchPool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var opts []postgres.ConnectOption
-	if cfg.asyncCommits {
-		opts = append(opts, postgres.AsyncCommits())
-	}
-	pool, err := postgres.ConnectBatches(ctx, cfg.DatabaseURL, opts...)
-	if err != nil {
-		return batchPool{}, fmt.Errorf("connect to PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
-	}
-	lc.Append(fx.StopHook(pool.Close))
-	return batchPool{pool}, nil
 }
 
 // migrateOnStart applies pending migrations before anything else starts.

@@ -101,15 +101,7 @@ func NewDatabase(tb testing.TB) string {
 // pool is closed before the database is dropped.
 func NewPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	dsn := NewDatabase(tb)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := postgres.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatalf("pgtest: %v", err)
-	}
-	tb.Cleanup(pool.Close)
-	return pool
+	return open(tb, NewDatabase(tb), postgres.Connect)
 }
 
 // NewPools is NewPool with a second pool to the same database, from
@@ -118,19 +110,20 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 func NewPools(tb testing.TB) (pool, batch *pgxpool.Pool) {
 	tb.Helper()
 	dsn := NewDatabase(tb)
+	return open(tb, dsn, postgres.Connect), open(tb, dsn, postgres.ConnectBatches)
+}
+
+// open connects a pool to dsn and closes it when tb ends.
+func open(tb testing.TB, dsn string, connect func(context.Context, string, ...postgres.ConnectOption) (*pgxpool.Pool, error)) *pgxpool.Pool {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := postgres.Connect(ctx, dsn)
+	pool, err := connect(ctx, dsn)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	tb.Cleanup(pool.Close)
-	batch, err = postgres.ConnectBatches(ctx, dsn)
-	if err != nil {
-		tb.Fatalf("pgtest: %v", err)
-	}
-	tb.Cleanup(batch.Close)
-	return pool, batch
+	return pool
 }
 
 // setUp connects to the server and builds the template, once per process.
