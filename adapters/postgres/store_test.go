@@ -20,8 +20,9 @@ func TestStore(t *testing.T) {
 }
 
 // TestStoreWithoutBatchPool runs it on a Store that plans the batch
-// statements for every batch, on its one pool.
+// statements for every batch, on its one pool. Not alongside TestStore:
+// the two suites' parallel subtests together would hold more connections
+// than PostgreSQL's default max_connections of 100 allows.
 func TestStoreWithoutBatchPool(t *testing.T) {
-	t.Parallel()
 	storetest.Run(t, func(t *testing.T) ports.Store { return postgres.New(pgtest.NewPool(t)) })
 }
