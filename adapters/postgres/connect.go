@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
 	"strings"
 	"time"
@@ -42,13 +43,7 @@ func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgxpool.P
 		if !strings.Contains(dsn, "pool_max_conns") {
 			cfg.MaxConns = batchMaxConns
 		}
-		for _, param := range probePlans {
-			cfg.ConnConfig.RuntimeParams[param] = "off"
-		}
-		// Left to choose, PostgreSQL kept planning ClaimDeliveries per
-		// batch: its generic plan assumes a batch of ten or so, which
-		// costs more than the custom plan of a batch of two.
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		maps.Copy(cfg.ConnConfig.RuntimeParams, batchSessions)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -73,31 +68,39 @@ type connectOptions struct {
 
 // ConnectBatches opens the pool a Store runs the worker's group-committed
 // statements on (see BatchPool): Connect's pool, of batchMaxConns
-// connections unless the DSN sets pool_max_conns, whose sessions plan
-// each prepared statement once (plan_cache_mode force_generic_plan) and
-// never plan a sequential scan or a hash or merge join (probePlans).
+// connections unless the DSN sets pool_max_conns, with batchSessions'
+// settings.
 //
-// The statements are prepared once per connection, and PostgreSQL keeps
-// a generic plan for each, made with the table sizes of that moment. Planning ClaimDeliveries with each batch's
-// values cost 0.5–0.75 ms, more than executing it, and RecordAttempts
-// 0.27 ms: under load, a third of PostgreSQL's time went into planning
-// the same few statements again and again. A generic plan made while
-// deliveries held a page or two scans it, though, and keeps scanning it
-// as the table grows, since only an ANALYZE invalidates it. Each
-// statement reaches its rows by key (the batch's ids, joined to the
-// primary key), so on these sessions the only plan left is the one that
-// is right at every size: a nested loop over the batch, probing the
-// primary key. The statements must not imply a partial index's
-// predicate either, lest a full scan of that index be the cheapest way
-// in (see ClaimDeliveries); TestBatchPlansProbeTheKey checks both.
+// The statements are prepared once per connection. Planning
+// ClaimDeliveries with each batch's values cost 0.5–0.75 ms, more than
+// executing it, and RecordAttempts 0.27 ms: under load, a third of
+// PostgreSQL's time went into planning the same few statements again and
+// again. A generic plan is made once, though, with the table sizes of
+// that moment: one made while deliveries held a page or two scans it, and
+// keeps scanning it as the table grows, since only an ANALYZE invalidates
+// it. Each statement reaches its rows by key (the batch's ids, joined to
+// the primary key), so on these sessions the only plan left is the one
+// that is right at every size: a nested loop over the batch, probing the
+// primary key. The statements must not imply a partial index's predicate
+// either, lest a full scan of that index be the cheapest way in (see
+// ClaimDeliveries); TestBatchPlansProbeTheKey checks both.
 func ConnectBatches(ctx context.Context, dsn string, opts ...ConnectOption) (*pgxpool.Pool, error) {
 	return Connect(ctx, dsn, append(opts, func(o *connectOptions) { o.batches = true })...)
 }
 
-// probePlans are the planner methods ConnectBatches' sessions go without.
-// Disabled, they remain the last resort of a query that has no other
-// plan; none of the batch statements is such a query.
-var probePlans = []string{"enable_seqscan", "enable_hashjoin", "enable_mergejoin"}
+// batchSessions are the settings of ConnectBatches' sessions. They go
+// without sequential scans and hash and merge joins: disabled, these
+// remain the last resort of a query that has no other plan, and none of
+// the batch statements is such a query. And they always use the generic
+// plan: left to choose, PostgreSQL kept planning ClaimDeliveries for
+// every batch, since its generic plan assumes a batch of ten or so, which
+// costs more than the custom plan of a batch of two.
+var batchSessions = map[string]string{
+	"enable_seqscan":   "off",
+	"enable_hashjoin":  "off",
+	"enable_mergejoin": "off",
+	"plan_cache_mode":  "force_generic_plan",
+}
 
 // batchMaxConns bounds ConnectBatches' pool: each of a Store's worker
 // batchers (claims, attempts, releases) writes one batch at a time.

@@ -26,8 +26,8 @@ type Store struct {
 	queries *sqlcgen.Queries
 	// planned runs queries whose best plan depends on their parameter
 	// values (ListDeliveries' optional filters) or on the size of tables
-	// that grow from empty (the batched claims, outcomes and fan-outs and
-	// the scheduler's scans); see unprepared.
+	// that grow from empty (fan-out and the scheduler's scans); see
+	// unprepared.
 	planned *sqlcgen.Queries
 	// batch runs the worker's group-committed statements (ClaimDeliveries,
 	// RecordAttempts, ReleaseDeliveries): prepared on a BatchPool when the
