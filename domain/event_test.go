@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -99,6 +100,87 @@ func FuzzNewEventData(f *testing.F) {
 		}
 		if payload.ID != ev.ID || payload.Type != ev.Type || string(payload.Data) != string(ev.Data) {
 			t.Fatalf("payload of %q = %+v, want the event's fields and its data as stored", data, payload)
+		}
+	})
+}
+
+func TestNewEventKeepsCheckedCompactData(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	tests := []struct {
+		name, data, want string
+	}{
+		{"compact", `{"a":[1,{"b":"x y"}],"c":"\"{ }\""}`, `{"a":[1,{"b":"x y"}],"c":"\"{ }\""}`},
+		{"spaces outside strings", `{ "a": [1, 2] }`, `{"a":[1,2]}`},
+		{"newline between members", "{\"a\":1,\n\"b\":2}", `{"a":1,"b":2}`},
+		{"surrounding space", " {\"a\":1}\n", `{"a":1}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			checked, err := NewEvent(NewEventInput{Type: "a", Data: json.RawMessage(tt.data), DataChecked: true}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unchecked, err := NewEvent(NewEventInput{Type: "a", Data: json.RawMessage(tt.data)}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(checked.Data) != tt.want || string(unchecked.Data) != tt.want {
+				t.Errorf("data checked %s, unchecked %s, want %s", checked.Data, unchecked.Data, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewEventStillRefusesCheckedDataThatIsNoObject(t *testing.T) {
+	t.Parallel()
+	for _, data := range []string{``, `[1]`, `"x"`, ` `} {
+		_, err := NewEvent(NewEventInput{Type: "a", Data: json.RawMessage(data), DataChecked: true}, time.Unix(0, 0))
+		var invalid *ValidationError
+		if !errors.As(err, &invalid) || invalid.Field != "data" {
+			t.Errorf("data %q: err = %v, want a ValidationError on data", data, err)
+		}
+	}
+}
+
+func TestIsCompactJSON(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`{}`, true},
+		{`{"a":"b c"}`, true},
+		{`{"a":"\" "}`, true},
+		{`{"a":"\\"}`, true},
+		{`{"a": 1}`, false},
+		{`{"a":"\\" }`, false},
+		{"{\"a\":1}\n", false},
+		{"{\t}", false},
+		{"{\r}", false},
+		{``, true},
+	}
+	for _, tt := range tests {
+		if got := IsCompactJSON([]byte(tt.in)); got != tt.want {
+			t.Errorf("IsCompactJSON(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzIsCompactJSON checks IsCompactJSON against json.Compact on every
+// well-formed input: it is true exactly when compacting changes nothing.
+func FuzzIsCompactJSON(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a": 1}`, `{"a":"\" "}`, `[1, "\\", {"b":null}]`, "{\"a\":\n1}", `"x y"`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(data)) != nil {
+			return
+		}
+		if got, want := IsCompactJSON([]byte(data)), compact.String() == data; got != want {
+			t.Fatalf("IsCompactJSON(%q) = %v, but json.Compact gives %q", data, got, compact.String())
 		}
 	})
 }

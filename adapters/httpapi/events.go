@@ -140,7 +140,7 @@ func (h *handlers) registerEvents(api huma.API) {
 		Responses:   map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
 		Errors:      []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
 	}, func(ctx context.Context, in *publishInput) (*publishOutput, error) {
-		return h.publish(ctx, in.Body, in.IdempotencyKey, in.XIdempotencyKey)
+		return h.publish(ctx, in.Body, false, in.IdempotencyKey, in.XIdempotencyKey)
 	})
 
 	huma.Register(api, huma.Operation{
@@ -173,14 +173,15 @@ func (h *handlers) registerEvents(api huma.API) {
 }
 
 // publish is the publish operation, whichever path decoded the request.
-func (h *handlers) publish(ctx context.Context, body PublishBody, idempotencyKey, xIdempotencyKey string) (*publishOutput, error) {
+// dataChecked says the path scanned body.Data as well-formed JSON itself.
+func (h *handlers) publish(ctx context.Context, body PublishBody, dataChecked bool, idempotencyKey, xIdempotencyKey string) (*publishOutput, error) {
 	key := idempotencyKey
 	if key == "" {
 		key = xIdempotencyKey
 	}
 	res, err := h.ingest.Publish(ctx, domain.NewEventInput{
 		Type: body.Type, Source: body.Source, Data: []byte(body.Data),
-		OrderingKey: body.OrderingKey, IdempotencyKey: key,
+		OrderingKey: body.OrderingKey, IdempotencyKey: key, DataChecked: dataChecked,
 	})
 	if err != nil {
 		return nil, problem(ctx, h.log, err)

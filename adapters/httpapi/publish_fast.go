@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
 // Publishing is the hot path of the API, and huma's generic request handling
@@ -94,7 +96,8 @@ func (h *handlers) fastPublish(api huma.API, ctx huma.Context, next func(huma.Co
 		return
 	}
 
-	out, err := h.publish(ctx.Context(), in, key, xKey)
+	// parsePublish checked data as encoding/json's scanner does.
+	out, err := h.publish(ctx.Context(), in, true, key, xKey)
 	if err != nil {
 		writeHandlerError(api, ctx, err)
 		return
@@ -296,7 +299,7 @@ func appendJSONString(b []byte, s string) []byte {
 // bytes, compacted.
 func appendData(b []byte, d EventData) ([]byte, bool) {
 	raw, _ := d.MarshalJSON() // never fails
-	if isCompact(raw) {
+	if domain.IsCompactJSON(raw) {
 		return append(b, raw...), true
 	}
 	buf := bytes.NewBuffer(b)
@@ -304,28 +307,6 @@ func appendData(b []byte, d EventData) ([]byte, bool) {
 		return b, false
 	}
 	return buf.Bytes(), true
-}
-
-// isCompact reports whether JSON text has no whitespace outside strings, so
-// json.Compact would leave it as it is.
-func isCompact(d []byte) bool {
-	inString := false
-	for i := 0; i < len(d); i++ {
-		c := d[i]
-		switch {
-		case inString:
-			if c == '\\' {
-				i++
-			} else if c == '"' {
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			return false
-		}
-	}
-	return true
 }
 
 // parsePublish decodes a publish body when huma would accept it and decode
