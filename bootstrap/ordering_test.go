@@ -45,7 +45,10 @@ func TestOrderedDeliveryPerKey(t *testing.T) {
 		return http.StatusOK, nil
 	})
 	c.subscribe(url, "ordered.event", client.SubscriptionInput{OrderingKey: new("/data/customer_id"),
-		RetryPolicy: &client.RetryPolicy{InitialInterval: new("500ms"), Multiplier: new(1.0), MaxAttempts: new(int64(5))}})
+		// A:0 fails twice, 2 s (±10 %) apart: customer B's ten deliveries,
+		// one at a time, have over 3.5 s to go through meanwhile, time
+		// enough on a machine busy with the rest of the suite.
+		RetryPolicy: &client.RetryPolicy{InitialInterval: new("2s"), Multiplier: new(1.0), MaxAttempts: new(int64(5))}})
 
 	var ids []string
 	for i := range 10 {
@@ -76,7 +79,7 @@ func TestOrderedDeliveryPerKey(t *testing.T) {
 			t.Fatalf("deliveries out of order: A %v, B %v", a, b)
 		}
 	}
-	if lastB > firstA { // A:0 is retried twice, 500 ms apart: B has long finished
+	if lastB > firstA { // A:0 is retried twice, 2 s apart: B has long finished
 		t.Logf("arrival order: %v", order)
 		t.Errorf("customer B's events waited behind customer A's retries")
 	}
