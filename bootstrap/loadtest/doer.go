@@ -40,7 +40,16 @@ type doerConn struct {
 	conn net.Conn
 	r    *bufio.Reader
 	w    *bufio.Writer
+	// idleSince is when the connection went back to the pool.
+	idleSince time.Time
 }
+
+// maxIdle is how long a connection may wait in the pool before it is
+// closed rather than used: well within the idle timeout of Dispatch's
+// server (2 min), so that a request is not written to a connection the
+// server is closing (net/http's transport notices such closes; this pool
+// does not read idle connections).
+const maxIdle = 30 * time.Second
 
 func newKeepAliveDoer(addr string, timeout time.Duration) *keepAliveDoer {
 	return &keepAliveDoer{addr: addr, timeout: timeout, dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
@@ -111,13 +120,19 @@ func (d *keepAliveDoer) get(ctx context.Context) (*doerConn, error) {
 		d.mu.Unlock()
 		return nil, errors.New("client closed")
 	}
-	if n := len(d.idle); n > 0 {
+	var stale []*doerConn
+	for n := len(d.idle); n > 0; n = len(d.idle) {
 		c := d.idle[n-1]
 		d.idle = d.idle[:n-1]
-		d.mu.Unlock()
-		return c, nil
+		if time.Since(c.idleSince) < maxIdle {
+			d.mu.Unlock()
+			closeAll(stale)
+			return c, nil
+		}
+		stale = append(stale, c)
 	}
 	d.mu.Unlock()
+	closeAll(stale)
 	conn, err := d.dialer.DialContext(ctx, "tcp", d.addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", d.addr, err)
@@ -132,7 +147,14 @@ func (d *keepAliveDoer) put(c *doerConn) {
 		_ = c.conn.Close()
 		return
 	}
+	c.idleSince = time.Now()
 	d.idle = append(d.idle, c)
+}
+
+func closeAll(conns []*doerConn) {
+	for _, c := range conns {
+		_ = c.conn.Close()
+	}
 }
 
 // Close closes the idle connections; connections in use close when their
@@ -141,8 +163,6 @@ func (d *keepAliveDoer) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
-	for _, c := range d.idle {
-		_ = c.conn.Close()
-	}
+	closeAll(d.idle)
 	d.idle = nil
 }

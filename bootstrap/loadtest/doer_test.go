@@ -73,6 +73,17 @@ func TestKeepAliveDoerReusesConnections(t *testing.T) {
 	if n := dials.Load(); n != 2 {
 		t.Fatalf("%d connections, want a new one after the server closed the first", n)
 	}
+	d.mu.Lock()
+	for _, c := range d.idle {
+		c.idleSince = time.Now().Add(-maxIdle - time.Second)
+	}
+	d.mu.Unlock()
+	if got := send("/echo", "later"); got != "later" {
+		t.Fatalf("answer %q", got)
+	}
+	if n := dials.Load(); n != 3 {
+		t.Fatalf("%d connections, want a new one instead of one idle for over %v", n, maxIdle)
+	}
 }
 
 func TestKeepAliveDoerStopsWhenTheContextEnds(t *testing.T) {
