@@ -1,7 +1,8 @@
 -- A counter of changes to subscriptions, for inline fan-out at ingest
 -- (SPEC §2). The API matches each new event against a cached copy of the
--- active subscriptions, and every group commit of events first reads this
--- one row: when it moved, the copy is loaded again. A statement-level
+-- active subscriptions, and every group commit of events checks this one
+-- row (the insert statement itself, since InsertEventsFannedOut took the
+-- check over): when it moved, the copy is loaded again. A statement-level
 -- trigger bumps it on every write to subscriptions, whatever statement
 -- made it, so no writer can forget to.
 

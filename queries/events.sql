@@ -72,7 +72,7 @@ SELECT marked.id FROM marked ORDER BY marked.created_at, marked.id;
 -- The change counter of subscriptions (migration 00005).
 SELECT version FROM subscription_version;
 
--- name: InsertEventsFannedOut :execrows
+-- name: InsertEventsFannedOut :one
 -- The group commit of events with inline fan-out: stores a batch of events
 -- without idempotency keys, those flagged in @fanned already fanned out,
 -- and the deliveries of those in one statement, so one round trip and one
@@ -81,7 +81,20 @@ SELECT version FROM subscription_version;
 -- enqueued at creation: the caller appends them to the queue right after
 -- the commit. A duplicate id, or a delivery to a subscription deleted
 -- meanwhile, fails the whole statement.
-WITH inserted AS (
+--
+-- The fan-out was matched against a copy of the subscriptions taken at
+-- subscription_version @subscription_version; when the counter has moved
+-- since (the statement reads it in its own snapshot), nothing is stored,
+-- and current_version tells the caller to load the subscriptions again and
+-- retry. This check in the statement replaces a read of the counter before
+-- it: a round trip per batch. A negative @subscription_version (a batch
+-- with nothing fanned out inline) stores without the check.
+WITH current_version AS (
+    SELECT version FROM subscription_version
+), allowed AS (
+    SELECT @subscription_version::bigint < 0
+        OR @subscription_version::bigint = (SELECT version FROM current_version) AS ok
+), inserted AS (
     INSERT INTO events (
         id, type, source, data, ordering_key, fanned_out_at, created_at
     )
@@ -98,6 +111,7 @@ WITH inserted AS (
             unnest(@fanned::boolean[]) AS fanned,
             unnest(@created_ats::timestamptz[]) AS created_at
     ) AS u
+    WHERE (SELECT ok FROM allowed)
     RETURNING events.id
 ), fanned AS (
     INSERT INTO deliveries (
@@ -115,5 +129,8 @@ WITH inserted AS (
             unnest(@delivery_ordering_keys::text[]) AS ordering_key,
             unnest(@delivery_created_ats::timestamptz[]) AS created_at
     ) AS d
+    WHERE (SELECT ok FROM allowed)
 )
-SELECT inserted.id FROM inserted;
+SELECT
+    (SELECT version FROM current_version)::bigint AS current_version,
+    (SELECT count(*) FROM inserted)::bigint AS stored;

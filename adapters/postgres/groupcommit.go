@@ -111,20 +111,48 @@ func (s *Store) insertAlone(ctx context.Context, n newEvent) error {
 	return interpretError(err)
 }
 
-// writeEvents fans out the events that ask for it against the active
-// subscriptions and stores the batch in one statement.
+// writeEvents fans out the events that ask for it against the cached
+// copy of the active subscriptions and stores the batch in one statement,
+// which stores nothing when the subscriptions changed since the copy was
+// loaded (InsertEventsFannedOut); the copy is then loaded again and the
+// batch fanned out and written anew.
 func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
-	var active []domain.Subscription
+	inline := false
 	for _, n := range batch {
-		if n.inline != nil {
+		inline = inline || n.inline != nil
+	}
+	var minVersion int64 = -1
+	for range maxSubscriptionRaces {
+		version, active := int64(-1), []domain.Subscription(nil)
+		if inline {
 			var err error
-			if active, err = s.subscriptionsNow(ctx); err != nil {
+			if version, active, err = s.subscriptionsAsOf(ctx, minVersion); err != nil {
 				return fmt.Errorf("load subscriptions to fan out: %w", err)
 			}
-			break
+		}
+		row, err := s.queries.InsertEventsFannedOut(ctx, eventRows(batch, version, active))
+		switch {
+		case err != nil:
+			return err
+		case row.Stored == int64(len(batch)):
+			return nil
+		case inline && row.CurrentVersion != version:
+			minVersion = row.CurrentVersion // changed meanwhile: match again
+		default:
+			// A multi-row INSERT … SELECT stores every row or fails; this
+			// is a broken invariant, not something a caller can act on.
+			return fmt.Errorf("batch insert stored %d of %d events", row.Stored, len(batch))
 		}
 	}
+	return fmt.Errorf("subscriptions changed during each of %d tries to store %d events", maxSubscriptionRaces, len(batch))
+}
+
+// eventRows fans out the events of batch that ask for it against active
+// and returns the batch's rows, for subscriptions at version (-1 when none
+// is fanned out inline).
+func eventRows(batch []newEvent, version int64, active []domain.Subscription) sqlcgen.InsertEventsFannedOutParams {
 	p := sqlcgen.InsertEventsFannedOutParams{
+		SubscriptionVersion:  version,
 		Ids:                  make([]string, len(batch)),
 		Types:                make([]string, len(batch)),
 		Sources:              make([]string, len(batch)),
@@ -160,13 +188,7 @@ func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 			n.out.deliveries = append(n.out.deliveries, d.ID)
 		}
 	}
-	stored, err := s.queries.InsertEventsFannedOut(ctx, p)
-	if err == nil && stored != int64(len(batch)) {
-		// A multi-row INSERT … SELECT stores every row or fails; this is a
-		// broken invariant, not something a caller can act on.
-		err = fmt.Errorf("batch insert stored %d of %d events", stored, len(batch))
-	}
-	return err
+	return p
 }
 
 // subscriptionCache is the API's copy of the active subscriptions, for
@@ -178,35 +200,36 @@ type subscriptionCache struct {
 	active  []domain.Subscription
 }
 
-// subscriptionsNow returns the active subscriptions as of now: the cached
-// copy when the change counter (one tiny row, migration 00005) has not
-// moved since it was loaded, else a fresh load. The counter is read before
-// the load, so a change committed in between makes the next call load
-// again rather than trust a stale copy. The slice is shared: callers must
-// not modify it.
-func (s *Store) subscriptionsNow(ctx context.Context) ([]domain.Subscription, error) {
-	version, err := s.queries.SubscriptionVersion(ctx)
-	if err != nil {
-		return nil, interpretError(err)
-	}
+// subscriptionsAsOf returns the cached copy of the active subscriptions
+// and the change counter (one tiny row, migration 00005) it was loaded at,
+// when it was loaded at minVersion or later; otherwise, and when nothing is
+// cached yet, it loads them again. The counter is read before the load, so
+// a change committed in between makes the copy look older than it is, and
+// the statement that checks the counter asks for the next load rather than
+// trusting a stale copy. The slice is shared: callers must not modify it.
+func (s *Store) subscriptionsAsOf(ctx context.Context, minVersion int64) (int64, []domain.Subscription, error) {
 	c := &s.subscriptions
 	c.mu.Lock()
-	if c.loaded && c.version == version {
-		active := c.active
+	if c.loaded && c.version >= minVersion {
+		version, active := c.version, c.active
 		c.mu.Unlock()
-		return active, nil
+		return version, active, nil
 	}
 	c.mu.Unlock()
+	version, err := s.queries.SubscriptionVersion(ctx)
+	if err != nil {
+		return 0, nil, interpretError(err)
+	}
 	active, err := s.ActiveSubscriptions(ctx)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	c.mu.Lock()
 	if !c.loaded || version > c.version {
 		c.loaded, c.version, c.active = true, version, active
 	}
 	c.mu.Unlock()
-	return active, nil
+	return version, active, nil
 }
 
 // rowRejected reports whether PostgreSQL refused a statement because of

@@ -271,3 +271,37 @@ func TestGroupCommitCancelReturnsPromptly(t *testing.T) {
 		assert.ErrorIs(t, err, domain.ErrNotFound, "event %s: its caller gave up before it was written", e.ID)
 	}
 }
+
+// TestInlineFanOutSeesAnotherAPIsSubscriptionChange runs two stores on one
+// database, as two API replicas: each caches the active subscriptions, and
+// a change made through one must reach the other's next publish. The
+// insert statement checks the change counter itself, so the second store's
+// stale copy stores nothing and is loaded again.
+func TestInlineFanOutSeesAnotherAPIsSubscriptionChange(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	publisher, other := postgres.New(pool), postgres.New(pool)
+	all := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+		var ds []domain.Delivery
+		for _, s := range active {
+			ds = append(ds, domain.NewDelivery(e, s, e.CreatedAt))
+		}
+		return ds, true
+	}
+	publish := func() []string {
+		t.Helper()
+		created, fanned, err := publisher.CreateEventFannedOut(t.Context(), newGroupEvent(time.Now()), all)
+		require.NoError(t, err)
+		require.True(t, fanned)
+		return created
+	}
+	require.Empty(t, publish(), "no subscriptions yet; the publisher has cached none")
+
+	sub := benchSubscription(time.Now())
+	require.NoError(t, other.CreateSubscription(t.Context(), sub))
+	assert.Len(t, publish(), 1, "a subscription created through the other store")
+
+	_, err := other.UpdateSubscription(t.Context(), sub.ID, func(s *domain.Subscription) error { s.Active = false; return nil })
+	require.NoError(t, err)
+	assert.Empty(t, publish(), "a subscription deactivated through the other store")
+}

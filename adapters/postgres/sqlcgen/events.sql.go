@@ -175,8 +175,13 @@ func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) (int
 	return result.RowsAffected(), nil
 }
 
-const insertEventsFannedOut = `-- name: InsertEventsFannedOut :execrows
-WITH inserted AS (
+const insertEventsFannedOut = `-- name: InsertEventsFannedOut :one
+WITH current_version AS (
+    SELECT version FROM subscription_version
+), allowed AS (
+    SELECT $1::bigint < 0
+        OR $1::bigint = (SELECT version FROM current_version) AS ok
+), inserted AS (
     INSERT INTO events (
         id, type, source, data, ordering_key, fanned_out_at, created_at
     )
@@ -185,14 +190,15 @@ WITH inserted AS (
         CASE WHEN u.fanned THEN u.created_at END, u.created_at
     FROM (
         SELECT
-            unnest($1::text[]) AS id,
-            unnest($2::text[]) AS type,
-            unnest($3::text[]) AS source,
-            unnest($4::bytea[]) AS data,
-            unnest($5::text[]) AS ordering_key,
-            unnest($6::boolean[]) AS fanned,
-            unnest($7::timestamptz[]) AS created_at
+            unnest($2::text[]) AS id,
+            unnest($3::text[]) AS type,
+            unnest($4::text[]) AS source,
+            unnest($5::bytea[]) AS data,
+            unnest($6::text[]) AS ordering_key,
+            unnest($7::boolean[]) AS fanned,
+            unnest($8::timestamptz[]) AS created_at
     ) AS u
+    WHERE (SELECT ok FROM allowed)
     RETURNING events.id
 ), fanned AS (
     INSERT INTO deliveries (
@@ -204,17 +210,21 @@ WITH inserted AS (
         d.ordering_key, d.created_at, d.created_at, d.created_at
     FROM (
         SELECT
-            unnest($8::text[]) AS id,
-            unnest($9::text[]) AS event_id,
-            unnest($10::text[]) AS subscription_id,
-            unnest($11::text[]) AS ordering_key,
-            unnest($12::timestamptz[]) AS created_at
+            unnest($9::text[]) AS id,
+            unnest($10::text[]) AS event_id,
+            unnest($11::text[]) AS subscription_id,
+            unnest($12::text[]) AS ordering_key,
+            unnest($13::timestamptz[]) AS created_at
     ) AS d
+    WHERE (SELECT ok FROM allowed)
 )
-SELECT inserted.id FROM inserted
+SELECT
+    (SELECT version FROM current_version)::bigint AS current_version,
+    (SELECT count(*) FROM inserted)::bigint AS stored
 `
 
 type InsertEventsFannedOutParams struct {
+	SubscriptionVersion  int64
 	Ids                  []string
 	Types                []string
 	Sources              []string
@@ -229,6 +239,11 @@ type InsertEventsFannedOutParams struct {
 	DeliveryCreatedAts   []time.Time
 }
 
+type InsertEventsFannedOutRow struct {
+	CurrentVersion int64
+	Stored         int64
+}
+
 // The group commit of events with inline fan-out: stores a batch of events
 // without idempotency keys, those flagged in @fanned already fanned out,
 // and the deliveries of those in one statement, so one round trip and one
@@ -237,8 +252,17 @@ type InsertEventsFannedOutParams struct {
 // enqueued at creation: the caller appends them to the queue right after
 // the commit. A duplicate id, or a delivery to a subscription deleted
 // meanwhile, fails the whole statement.
-func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFannedOutParams) (int64, error) {
-	result, err := q.db.Exec(ctx, insertEventsFannedOut,
+//
+// The fan-out was matched against a copy of the subscriptions taken at
+// subscription_version @subscription_version; when the counter has moved
+// since (the statement reads it in its own snapshot), nothing is stored,
+// and current_version tells the caller to load the subscriptions again and
+// retry. This check in the statement replaces a read of the counter before
+// it: a round trip per batch. A negative @subscription_version (a batch
+// with nothing fanned out inline) stores without the check.
+func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFannedOutParams) (InsertEventsFannedOutRow, error) {
+	row := q.db.QueryRow(ctx, insertEventsFannedOut,
+		arg.SubscriptionVersion,
 		arg.Ids,
 		arg.Types,
 		arg.Sources,
@@ -252,10 +276,9 @@ func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFan
 		arg.DeliveryOrderingKeys,
 		arg.DeliveryCreatedAts,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i InsertEventsFannedOutRow
+	err := row.Scan(&i.CurrentVersion, &i.Stored)
+	return i, err
 }
 
 const releaseIdempotencyKey = `-- name: ReleaseIdempotencyKey :exec
