@@ -65,8 +65,7 @@ func (d *keepAliveDoer) Do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	var interrupted bool
-	res, err := c.roundTrip(ctx, req, d.timeout, &interrupted)
+	res, interrupted, err := c.roundTrip(ctx, req, d.timeout)
 	if err != nil {
 		_ = c.conn.Close()
 		return nil, err
@@ -83,31 +82,31 @@ func (d *keepAliveDoer) Do(req *http.Request) (*http.Response, error) {
 // connection's deadline is moved to the past to unblock it, and
 // interrupted is set: the connection must not be used again, even if the
 // answer came first.
-func (c *doerConn) roundTrip(ctx context.Context, req *http.Request, timeout time.Duration, interrupted *bool) (*http.Response, error) {
+func (c *doerConn) roundTrip(ctx context.Context, req *http.Request, timeout time.Duration) (_ *http.Response, interrupted bool, _ error) {
 	if timeout > 0 {
 		if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
-	defer func() { *interrupted = !stop() }()
+	defer func() { interrupted = !stop() }()
 	if err := req.Write(c.w); err != nil {
-		return nil, ctxOr(ctx, err)
+		return nil, false, ctxOr(ctx, err)
 	}
 	if err := c.w.Flush(); err != nil {
-		return nil, ctxOr(ctx, err)
+		return nil, false, ctxOr(ctx, err)
 	}
 	res, err := http.ReadResponse(c.r, req)
 	if err != nil {
-		return nil, ctxOr(ctx, err)
+		return nil, false, ctxOr(ctx, err)
 	}
 	body, err := io.ReadAll(res.Body)
 	_ = res.Body.Close()
 	if err != nil {
-		return nil, ctxOr(ctx, err)
+		return nil, false, ctxOr(ctx, err)
 	}
 	res.Body = io.NopCloser(bytes.NewReader(body))
-	return res, nil
+	return res, false, nil
 }
 
 // ctxOr returns ctx's error when ctx ended (which is what broke the
