@@ -203,7 +203,8 @@ type subscriptionCache struct {
 // subscriptionsAsOf returns the cached copy of the active subscriptions
 // and the change counter (one tiny row, migration 00005) it was loaded at,
 // when it was loaded at minVersion or later; otherwise, and when nothing is
-// cached yet, it loads them again. The counter is read before the load, so
+// cached yet, it loads them again. The counter's value is known before the
+// load — minVersion, which a statement just read, or else read first — so
 // a change committed in between makes the copy look older than it is, and
 // the statement that checks the counter asks for the next load rather than
 // trusting a stale copy. The slice is shared: callers must not modify it.
@@ -216,9 +217,12 @@ func (s *Store) subscriptionsAsOf(ctx context.Context, minVersion int64) (int64,
 		return version, active, nil
 	}
 	c.mu.Unlock()
-	version, err := s.queries.SubscriptionVersion(ctx)
-	if err != nil {
-		return 0, nil, interpretError(err)
+	version := minVersion
+	if version < 0 {
+		var err error
+		if version, err = s.queries.SubscriptionVersion(ctx); err != nil {
+			return 0, nil, interpretError(err)
+		}
 	}
 	active, err := s.ActiveSubscriptions(ctx)
 	if err != nil {
