@@ -80,7 +80,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 	if c.claimed == nil {
 		return ports.Claimed{}, s.notClaimed(ctx, id, now)
 	}
-	return toClaimed(*c.claimed)
+	return s.toClaimed(*c.claimed)
 }
 
 // claimAlone is ClaimDelivery without a group commit: a batch of one, in a
@@ -95,7 +95,7 @@ func (s *Store) claimAlone(ctx context.Context, id string, now time.Time, leaseM
 	if c.claimed == nil {
 		return ports.Claimed{}, s.notClaimed(ctx, id, now)
 	}
-	return toClaimed(*c.claimed)
+	return s.toClaimed(*c.claimed)
 }
 
 // notClaimed says why delivery id was not claimed (HoldDelivery), holding
@@ -114,9 +114,10 @@ func (s *Store) notClaimed(ctx context.Context, id string, now time.Time) error 
 	}
 }
 
-// toClaimed converts a claimed row.
-func toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error) {
-	sub, err := toSubscription(row.Subscription)
+// toClaimed converts a claimed row, its subscription through the memo of
+// decoded subscriptions.
+func (s *Store) toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error) {
+	sub, err := s.decoded.subscription(row.Subscription)
 	if err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", row.ID, err)
 	}

@@ -53,44 +53,65 @@ func subscriptionRow(sub domain.Subscription) (sqlcgen.Subscription, error) {
 // toSubscription rehydrates a subscription row. It fails only on a row this
 // package did not write (a secret or JSON column it cannot read).
 func toSubscription(row sqlcgen.Subscription) (domain.Subscription, error) {
+	parts, err := decodeSubscriptionParts(row)
+	if err != nil {
+		return domain.Subscription{}, err
+	}
+	return assembleSubscription(row, parts), nil
+}
+
+// subscriptionParts are the fields of a subscription row that take more
+// than a copy to read: the secrets (base64) and the JSON columns.
+type subscriptionParts struct {
+	secret, previousSecret domain.Secret
+	retryPolicy            domain.RetryPolicy
+	headers                map[string]string
+}
+
+func decodeSubscriptionParts(row sqlcgen.Subscription) (subscriptionParts, error) {
 	secret, err := parseSecret(row.Secret)
 	if err != nil {
-		return domain.Subscription{}, fmt.Errorf("subscription %s: secret: %w", row.ID, err)
+		return subscriptionParts{}, fmt.Errorf("subscription %s: secret: %w", row.ID, err)
 	}
 	previous, err := parseSecret(row.PreviousSecret)
 	if err != nil {
-		return domain.Subscription{}, fmt.Errorf("subscription %s: previous secret: %w", row.ID, err)
+		return subscriptionParts{}, fmt.Errorf("subscription %s: previous secret: %w", row.ID, err)
 	}
 	policy, err := unmarshalRetryPolicy(row.RetryPolicy)
 	if err != nil {
-		return domain.Subscription{}, fmt.Errorf("subscription %s: %w", row.ID, err)
+		return subscriptionParts{}, fmt.Errorf("subscription %s: %w", row.ID, err)
 	}
 	headers := map[string]string{}
 	if err := json.Unmarshal(row.Headers, &headers); err != nil {
-		return domain.Subscription{}, fmt.Errorf("subscription %s: headers: %w", row.ID, err)
+		return subscriptionParts{}, fmt.Errorf("subscription %s: headers: %w", row.ID, err)
 	}
 	if headers == nil { // a JSON null
 		headers = map[string]string{}
 	}
+	return subscriptionParts{secret: secret, previousSecret: previous, retryPolicy: policy, headers: headers}, nil
+}
+
+// assembleSubscription is row as a subscription, with its decoded parts.
+func assembleSubscription(row sqlcgen.Subscription, parts subscriptionParts) domain.Subscription {
 	return domain.Subscription{
 		ID:                      row.ID,
 		URL:                     row.Url,
 		EventTypes:              row.EventTypes,
 		Description:             row.Description,
-		Secret:                  secret,
-		PreviousSecret:          previous,
+		Secret:                  parts.secret,
+		PreviousSecret:          parts.previousSecret,
 		PreviousSecretExpiresAt: fromOptionalTime(row.PreviousSecretExpiresAt),
 		Active:                  row.Active,
 		DisabledReason:          row.DisabledReason,
 		RateLimit:               int(row.RateLimit),
 		MaxInFlight:             int(row.MaxInFlight),
 		Timeout:                 fromInterval(row.Timeout),
-		RetryPolicy:             policy,
+		RetryPolicy:             parts.retryPolicy,
 		OrderingKey:             row.OrderingKey,
-		Headers:                 headers,
+		Headers:                 parts.headers,
 		CreatedAt:               row.CreatedAt.UTC(),
 		UpdatedAt:               row.UpdatedAt.UTC(),
-	}, nil
+	}
 }
 
 func toSubscriptions(rows []sqlcgen.Subscription) ([]domain.Subscription, error) {

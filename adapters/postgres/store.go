@@ -41,6 +41,8 @@ type Store struct {
 	// worker group-commits claims, attempts and releases; see
 	// ClaimDelivery and RecordAttempt.
 	worker workerBatchers
+	// decoded spares claims decoding the same subscription row again.
+	decoded decodedSubscriptions
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
