@@ -43,6 +43,17 @@ func TestMigrate(t *testing.T) {
 		`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('subscriptions', 'events', 'deliveries', 'attempts')`).Scan(&tables))
 	require.Equal(t, 4, tables)
 
+	// Identifiers and keys compare byte for byte (migration 00008).
+	var notC []string
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT coalesce(array_agg(table_name || '.' || column_name), '{}') FROM information_schema.columns
+		WHERE table_schema = 'public' AND (table_name, column_name) IN (
+			('subscriptions', 'id'), ('events', 'id'), ('events', 'idempotency_key'),
+			('deliveries', 'id'), ('deliveries', 'event_id'), ('deliveries', 'subscription_id'),
+			('deliveries', 'ordering_key'), ('attempts', 'delivery_id'), ('attempts', 'subscription_id'))
+		AND collation_name IS DISTINCT FROM 'C'`).Scan(&notC))
+	require.Empty(t, notC, "these columns should have collation \"C\"")
+
 	// Re-running is a no-op.
 	require.NoError(t, postgres.Migrate(ctx, pool))
 	pending, err := provider.HasPending(ctx)
