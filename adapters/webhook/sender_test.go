@@ -238,6 +238,63 @@ func TestSendConcurrent(t *testing.T) {
 	assert.Less(t, e.newConns.Load(), int64(50), "connections are pooled, not opened per send")
 }
 
+// TestSendKeepsAConnectionPerRequestInFlight sends rounds of n requests
+// that the endpoint holds until all n have arrived, so n connections are
+// in use at once: with room for n idle connections every later round
+// reuses them, while a smaller cap closes the surplus as each round ends
+// and the next round dials it again.
+func TestSendKeepsAConnectionPerRequestInFlight(t *testing.T) {
+	t.Parallel()
+	const n, rounds = 24, 3
+	for _, tc := range []struct {
+		name      string
+		idle      int
+		reconnect bool
+	}{
+		{"room for every one", n, false},
+		{"room for half", n / 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu      sync.Mutex
+				arrived int
+				release = make(chan struct{})
+			)
+			e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				mu.Lock()
+				arrived++
+				wait := release
+				if arrived%n == 0 { // the round is complete: release it
+					close(release)
+					release = make(chan struct{})
+				}
+				mu.Unlock()
+				<-wait
+			})
+			s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxIdleConnsPerHost: tc.idle})
+			for range rounds {
+				var wg sync.WaitGroup
+				for range n {
+					wg.Go(func() {
+						resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+						if assert.NoError(t, err) {
+							assert.Equal(t, http.StatusOK, resp.StatusCode)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			if tc.reconnect {
+				assert.Greater(t, e.newConns.Load(), int64(n), "a cap below the requests in flight closes connections that the next round dials again")
+			} else {
+				assert.Equal(t, int64(n), e.newConns.Load(), "every round after the first reuses the connections of the first")
+			}
+		})
+	}
+}
+
 func TestSenderOptionsValidate(t *testing.T) {
 	t.Parallel()
 	assert.NoError(t, webhook.SenderOptions{}.Validate())

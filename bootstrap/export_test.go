@@ -1,0 +1,4 @@
+package bootstrap
+
+// SenderOptions exposes how the worker's webhook sender is configured.
+var SenderOptions = senderOptions
