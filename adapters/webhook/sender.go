@@ -17,8 +17,9 @@ import (
 // Sender defaults.
 const (
 	// DefaultMaxIdleConnsPerHost keeps a keep-alive connection for each of
-	// the default 100 deliveries in flight per subscription, so a steady
-	// stream to one endpoint never reconnects.
+	// the default 100 deliveries in flight per subscription. A caller that
+	// may have more requests in flight to one host sets its own (the
+	// worker: its concurrency), or the surplus reconnects.
 	DefaultMaxIdleConnsPerHost = 100
 	// DefaultTimeout bounds a request that carries no Timeout of its own
 	// (the SPEC's default per-subscription timeout).
