@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
@@ -98,4 +101,61 @@ func TestBatchPlansProbeTheKey(t *testing.T) {
 		}
 		assert.Equalf(t, 1, scans, "generic plan of %s reads deliveries once:\n%s", query, plan)
 	}
+}
+
+// TestDueScanSkipsQueuedDeliveries checks that the scheduler's scan costs
+// what it finds, not the backlog: with thousands of deliveries waiting in
+// the queue (marked enqueued within the requeue window) and none lost, it
+// reads a handful of index pages. Before migration 00009 it fetched every
+// one of them from the heap to read its mark.
+func TestDueScanSkipsQueuedDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	// One connection, so that the statistics read below are those the
+	// scan's own session flushed.
+	cfg := pgtest.NewPool(t).Config()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	now := time.Now().UTC()
+	for _, stmt := range []string{
+		`INSERT INTO subscriptions (id, url, event_types, secret, rate_limit, max_in_flight, timeout, retry_policy, created_at, updated_at)
+		 VALUES ('sub_1', 'https://example.com', '{*}', '', 10, 10, '10s', '{}', $1, $1)`,
+		`INSERT INTO events (id, type, data, created_at, fanned_out_at)
+		 SELECT 'evt_' || lpad(g::text, 6, '0'), 'order.paid', '{}', $1, $1 FROM generate_series(1, 5000) g`,
+		`INSERT INTO deliveries (id, event_id, subscription_id, status, next_attempt_at, enqueued_at, created_at, updated_at)
+		 SELECT 'dlv_' || lpad(g::text, 6, '0'), 'evt_' || lpad(g::text, 6, '0'), 'sub_1', 'pending',
+		        $1::timestamptz - interval '1 second', $1::timestamptz - interval '1 second', $1, $1
+		 FROM generate_series(1, 5000) g`,
+	} {
+		_, err := pool.Exec(ctx, stmt, now)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `ANALYZE deliveries`)
+	require.NoError(t, err)
+
+	buffersRead := func() int {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `
+			SELECT coalesce(sum(idx_blks_hit + idx_blks_read + heap_blks_hit + heap_blks_read), 0)::int
+			FROM pg_statio_user_tables WHERE relname = 'deliveries'`).Scan(&n))
+		return n
+	}
+	store := postgres.New(pool)
+	before := buffersRead()
+	ids, err := store.DueDeliveries(ctx, now, 30*time.Second, 100)
+	require.NoError(t, err)
+	require.Empty(t, ids, "every delivery is in the queue and within its requeue window")
+	read := buffersRead() - before
+	assert.Less(t, read, 100, "the scan read %d buffers of deliveries for no row", read)
+
+	// The same deliveries past their requeue window are found, up to the
+	// limit.
+	ids, err = store.DueDeliveries(ctx, now.Add(time.Minute), 30*time.Second, 3)
+	require.NoError(t, err)
+	assert.Len(t, ids, 3)
 }

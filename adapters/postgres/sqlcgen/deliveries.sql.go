@@ -57,12 +57,12 @@ func (q *Queries) DeliveryExists(ctx context.Context, id string) (bool, error) {
 }
 
 const dueDeliveries = `-- name: DueDeliveries :many
-WITH due AS (
-    SELECT d.id FROM deliveries d
-    WHERE d.status IN ('pending', 'retrying', 'delivering')
+WITH never_enqueued AS (
+    SELECT d.id, d.next_attempt_at FROM deliveries d
+    WHERE d.enqueued_at IS NULL
+      AND d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= $1
       AND (d.lease_until IS NULL OR d.lease_until <= $1)
-      AND (d.enqueued_at IS NULL OR d.enqueued_at <= $2::timestamptz)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -79,8 +79,39 @@ WITH due AS (
           )
       ))
     ORDER BY d.next_attempt_at, d.id
-    LIMIT $3
+    LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
+), lost AS (
+    SELECT d.id, d.next_attempt_at FROM deliveries d
+    WHERE d.enqueued_at IS NOT NULL
+      AND d.enqueued_at <= $3::timestamptz
+      AND d.status IN ('pending', 'retrying', 'delivering')
+      AND d.next_attempt_at <= $1
+      AND (d.lease_until IS NULL OR d.lease_until <= $1)
+      AND (d.ordering_key = '' OR (
+          NOT EXISTS (
+              SELECT 1 FROM deliveries earlier
+              WHERE earlier.subscription_id = d.subscription_id
+                AND earlier.ordering_key = d.ordering_key
+                AND earlier.ordering_key <> ''
+                AND earlier.status IN ('pending', 'retrying', 'delivering')
+                AND earlier.event_id < d.event_id
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM events unfanned
+              WHERE unfanned.fanned_out_at IS NULL
+                AND unfanned.id < d.event_id
+          )
+      ))
+    ORDER BY d.enqueued_at, d.id
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id, next_attempt_at FROM never_enqueued
+    UNION ALL
+    SELECT id, next_attempt_at FROM lost
+    ORDER BY next_attempt_at, id
+    LIMIT $2::integer
 ), marked AS (
     UPDATE deliveries SET enqueued_at = $1
     FROM due WHERE deliveries.id = due.id
@@ -91,18 +122,27 @@ SELECT marked.id FROM marked ORDER BY marked.next_attempt_at, marked.id
 
 type DueDeliveriesParams struct {
 	Now            time.Time
-	EnqueuedBefore time.Time
 	MaxRows        int32
+	EnqueuedBefore time.Time
 }
 
 // The scheduler's scan: due, non-terminal deliveries not enqueued since
-// @enqueued_before, oldest first, leaving out ordered ones that are not
-// first in line (ClaimDeliveries' predicate; unordered rows skip its
-// subqueries), which a worker would only hold again. SKIP LOCKED lets scans
-// run in parallel, and a row another scan marked meanwhile fails the
-// re-checked condition, so no delivery is returned twice.
+// @enqueued_before, leaving out ordered ones that are not first in line
+// (ClaimDeliveries' predicate; unordered rows skip its subqueries), which a
+// worker would only hold again. SKIP LOCKED lets scans run in parallel, and
+// a row another scan marked meanwhile fails the re-checked condition, so no
+// delivery is returned twice.
+//
+// Two scans, one per index (migration 00009), so that deliveries waiting in
+// the queue are never read: never_enqueued walks deliveries_due_idx (no
+// mark) in due order, lost walks deliveries_enqueued_idx from the oldest
+// mark up to @enqueued_before, and the first @max_rows of both by due time
+// are marked. A row the other scan's share left out stays locked until
+// the commit and unmarked, so the next scan finds it. The predicate is
+// repeated in both: each must filter before its LIMIT, or rows held
+// behind an earlier one could fill it.
 func (q *Queries) DueDeliveries(ctx context.Context, arg DueDeliveriesParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, dueDeliveries, arg.Now, arg.EnqueuedBefore, arg.MaxRows)
+	rows, err := q.db.Query(ctx, dueDeliveries, arg.Now, arg.MaxRows, arg.EnqueuedBefore)
 	if err != nil {
 		return nil, err
 	}
