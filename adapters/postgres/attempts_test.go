@@ -527,6 +527,11 @@ func TestGroupCommitClaimBatchAbortedByADeadlockIsWrittenAgain(t *testing.T) {
 	tx, err := f.pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+	// The backend that checks for a deadlock first is the one aborted. The
+	// batch waits first, so it checks first, unless a loaded machine delays
+	// its check past this transaction's: this one checks only after 30 s.
+	_, err = tx.Exec(t.Context(), "SET LOCAL deadlock_timeout = '30s'")
+	require.NoError(t, err)
 	_, err = tx.Exec(t.Context(), "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE", b.ID)
 	require.NoError(t, err)
 	release()
