@@ -51,11 +51,12 @@ type Consumer struct {
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
 // queue not to hand the entry out again; the work it stands for is already
-// committed, so a millisecond's wait costs nothing but a little more
-// pending state, and saves one queue round trip per entry.
+// committed, so a few milliseconds' wait costs nothing but a little more
+// pending state, and under light load (1,000 entries/s) gathers several
+// entries into one queue round trip instead of one each.
 const (
 	// DefaultAckDelay is Consumer.AckDelay's default.
-	DefaultAckDelay = time.Millisecond
+	DefaultAckDelay = 5 * time.Millisecond
 	// DefaultAckBatch is Consumer.AckBatch's default.
 	DefaultAckBatch = 256
 )

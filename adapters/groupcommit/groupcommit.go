@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultMaxItems is the batch size cap when Limits.MaxItems is 0.
@@ -46,6 +47,15 @@ type Limits[T any] struct {
 	MaxWeight int
 	// Weigh returns an item's weight; nil weighs every item 1.
 	Weigh func(T) int
+	// Linger is how long a leader waits before it takes its batch, so that
+	// calls arriving meanwhile share its round trip; 0 means not at all.
+	// Every call then waits that much longer, so it suits writes nobody is
+	// kept waiting for, such as a delivery's outcome once the endpoint
+	// has answered. Under light load it turns batches of one into batches
+	// of a few (fewer round trips, fewer wake-ups); under heavy load the
+	// batches fill during the write anyway. It also caps a writer at
+	// MaxItems per Linger plus the write: keep it well below that.
+	Linger time.Duration
 	// Writers is how many batches may be written at once; 0 means 1.
 	// Batches written at once commit in any order.
 	Writers int
@@ -170,9 +180,12 @@ func (b *Batcher[T]) Waiting() int {
 	return len(b.pending)
 }
 
-// lead writes one batch, starting with self (the head of pending), then
-// wakes its callers and hands leadership on.
+// lead writes one batch, starting with self (the head of pending), after
+// Linger, then wakes its callers and hands leadership on.
 func (b *Batcher[T]) lead(self *call[T]) {
+	if b.limits.Linger > 0 {
+		time.Sleep(b.limits.Linger)
+	}
 	b.mu.Lock()
 	batch := b.take(self)
 	b.mu.Unlock()

@@ -193,6 +193,32 @@ func TestCallersArrivingDuringAWriteShareTheNext(t *testing.T) {
 	assert.Equal(t, [][]int{{0}, {1, 2, 3, 4, 5}}, r.snapshot(), "callers that arrived during a write share the next batch, in arrival order")
 }
 
+func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
+	t.Parallel()
+	r := newRecorder()
+	// Long enough for the callers below to queue on a loaded machine; the
+	// test takes that long.
+	const linger = 2 * time.Second
+	b := groupcommit.New(r.write, groupcommit.Limits[int]{Linger: linger})
+	out := make(chan outcome, 10)
+	start := time.Now()
+	commitAsync(t.Context(), b, 0, out)
+	eventually(t, func() bool { return b.Waiting() == 1 }, "the first caller to lead")
+	for i := 1; i <= 4; i++ {
+		commitAsync(t.Context(), b, i, out)
+	}
+	eventually(t, func() bool { return b.Waiting() == 5 }, "the other callers to queue")
+	require.Empty(t, r.snapshot(), "nothing is written before the linger ends")
+	for range 5 {
+		require.NoError(t, receive(t, out, "every caller").err)
+	}
+	assert.GreaterOrEqual(t, time.Since(start), linger, "the leader waited its linger")
+	batches := r.snapshot()
+	require.Len(t, batches, 1, "callers arriving while the leader lingers share its batch (without a linger: {0}, then the rest): %v", batches)
+	assert.Equal(t, 0, batches[0][0], "the leader's item comes first")
+	assert.ElementsMatch(t, []int{0, 1, 2, 3, 4}, batches[0])
+}
+
 func TestEachCallerGetsItsOwnOutcome(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()

@@ -42,12 +42,22 @@ type workerBatchers struct {
 	releases *groupcommit.Batcher[*outcomeCall[releaseWrite]]
 }
 
+// recordLinger is how long a batch of attempt records waits for more
+// before it is written. The endpoint has answered by then, so nobody waits
+// on the record but the worker's slot; at a light load (1,000 deliveries/s)
+// it turns batches of one into batches of a few. Measured with the Finish
+// linger and the longer acknowledgement delay, in four alternating W2 runs
+// each: accepted→received p50 3.9 → 3.3 ms, p99 26.8 → 19.5 ms (medians);
+// W4 unchanged. Claims and postponements do not wait: they stand between
+// an event and its endpoint.
+const recordLinger = 2 * time.Millisecond
+
 // newWorkerBatchers makes s's group commits of the worker's statements
 // (New calls it, like the events batcher).
 func (s *Store) newWorkerBatchers() workerBatchers {
 	return workerBatchers{
 		claims:   groupcommit.New(s.claimDeliveries, groupcommit.Limits[*claimCall]{}),
-		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[attemptWrite]]{}),
+		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[attemptWrite]]{Linger: recordLinger}),
 		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[releaseWrite]]{}),
 	}
 }

@@ -111,8 +111,8 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 		prefix:       prefix,
 		breakers:     NewBreakers(client, prefix),
 		opts:         opts,
-		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched),
-		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched),
+		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, 0),
+		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
 	}
 }
 
