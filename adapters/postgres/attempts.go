@@ -44,7 +44,8 @@ type workerBatchers struct {
 
 // recordLinger is how long a batch of attempt records waits for more
 // before it is written. The endpoint has answered by then, so nobody waits
-// on the record but the worker's slot; at a light load (1,000 deliveries/s)
+// on the record but the worker's slot and, for an ordered delivery, the
+// next one in line (2 ms more per hop); at a light load (1,000 deliveries/s)
 // it turns batches of one into batches of a few. Measured with the Finish
 // linger and the longer acknowledgement delay, in four alternating W2 runs
 // each: accepted→received p50 3.9 → 3.3 ms, p99 26.8 → 19.5 ms (medians);
