@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,14 +35,26 @@ type LimitsOptions struct {
 
 // Limit is one measured component figure.
 type Limit struct {
-	Name  string
-	Ops   int64
-	Per   time.Duration
+	Name string
+	Ops  int64
+	Per  time.Duration
+	// Busy is how many of the machine's cores were busy on average while
+	// it was measured (0 where /proc/stat cannot be read).
+	Busy  float64
 	Notes string
 }
 
 // Rate is operations per second.
 func (l Limit) Rate() float64 { return float64(l.Ops) / l.Per.Seconds() }
+
+// MachineTime is what one operation cost the whole machine (every process
+// involved, on every core), or 0 when Busy is unknown.
+func (l Limit) MachineTime() time.Duration {
+	if l.Ops == 0 || l.Busy == 0 {
+		return 0
+	}
+	return time.Duration(l.Busy * float64(l.Per) / float64(l.Ops))
+}
 
 // MeasureLimits runs every probe in turn.
 func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
@@ -56,6 +69,11 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		return nil, fmt.Errorf("PostgreSQL: %w", err)
 	}
 	out = append(out, pg...)
+	store, err := probeStore(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch's store: %w", err)
+	}
+	out = append(out, store...)
 	rd, err := probeRedis(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -63,19 +81,28 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	return append(out, rd...), nil
 }
 
+// errProbeDone ends a hammer goroutine quietly: its op has run out of
+// work (a probe that consumes what an earlier phase made).
+var errProbeDone = errors.New("probe out of work")
+
 // hammer runs op from n goroutines for d and counts the operations op
-// reports (an op may do several, e.g. a batch). Each goroutine first runs
-// op once outside the measured window, so connections are set up before
-// the clock starts.
-func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Context) (int, error)) (int64, time.Duration, error) {
+// reports (an op may do several, e.g. a batch), and how busy the whole
+// machine was meanwhile. Each goroutine first runs op once outside the
+// measured window, so connections are set up before the clock starts. The
+// returned Limit has Ops, Per and Busy set.
+func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Context) (int, error)) (Limit, error) {
 	var warm sync.WaitGroup
 	warmErrs := make([]error, n)
 	for i := range n {
-		warm.Go(func() { _, warmErrs[i] = op(ctx) })
+		warm.Go(func() {
+			if _, err := op(ctx); !errors.Is(err, errProbeDone) {
+				warmErrs[i] = err
+			}
+		})
 	}
 	warm.Wait()
 	if err := errors.Join(warmErrs...); err != nil {
-		return 0, 0, err
+		return Limit{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -83,11 +110,15 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
+	busyBefore, busyErr := machineBusyTicks()
 	start := time.Now()
 	for range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				k, err := op(ctx)
+				if errors.Is(err, errProbeDone) {
+					return
+				}
 				if err != nil {
 					if ctx.Err() == nil {
 						once.Do(func() { firstErr = err; cancel() })
@@ -99,7 +130,11 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 		})
 	}
 	wg.Wait()
-	return done.Load(), time.Since(start), firstErr
+	l := Limit{Ops: done.Load(), Per: time.Since(start)}
+	if busyAfter, err := machineBusyTicks(); err == nil && busyErr == nil {
+		l.Busy = float64(busyAfter-busyBefore) / clockTicks / l.Per.Seconds()
+	}
+	return l, firstErr
 }
 
 // probeHTTP: Concurrency keep-alive clients POST Payload bytes to a
@@ -121,7 +156,7 @@ func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 	client := &http.Client{Transport: transport}
 	body := bytes.Repeat([]byte("x"), o.Payload)
 	target := "http://" + ln.Addr().String() + "/"
-	n, per, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
+	l, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 		if err != nil {
 			return 0, err
@@ -134,8 +169,9 @@ func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 		res.Body.Close()
 		return 1, nil
 	})
-	return Limit{Name: "loopback HTTP requests/s", Ops: n, Per: per,
-		Notes: fmt.Sprintf("net/http, %d keep-alive clients, %d B body, 204 answer", o.Concurrency, o.Payload)}, err
+	l.Name = limitHTTP
+	l.Notes = fmt.Sprintf("net/http, %d keep-alive clients, %d B body, 204 answer", o.Concurrency, o.Payload)
+	return l, err
 }
 
 // probePostgres measures, in a database of its own: one-row INSERT
@@ -166,7 +202,7 @@ func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	payload := bytes.Repeat([]byte("x"), o.Payload)
 	var out []Limit
 	for _, sync := range []string{"on", "off"} {
-		n, per, err := hammer(ctx, int(cfg.MaxConns), o.Duration, func(ctx context.Context) (int, error) {
+		l, err := hammer(ctx, int(cfg.MaxConns), o.Duration, func(ctx context.Context) (int, error) {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return 0, err
@@ -183,24 +219,30 @@ func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Limit{Name: "PostgreSQL one-row commits/s, synchronous_commit " + sync, Ops: n, Per: per,
-			Notes: fmt.Sprintf("%d connections, %d B row", cfg.MaxConns, o.Payload)})
+		l.Name = "PostgreSQL one-row commits/s, synchronous_commit " + sync
+		l.Notes = fmt.Sprintf("%d connections, %d B row", cfg.MaxConns, o.Payload)
+		out = append(out, l)
 	}
 	const batch = 500
 	rows := make([][]byte, batch)
 	for i := range rows {
 		rows[i] = payload
 	}
-	n, per, err := hammer(ctx, 2, o.Duration, func(ctx context.Context) (int, error) {
+	l, err := hammer(ctx, 2, o.Duration, func(ctx context.Context) (int, error) {
 		_, err := pool.Exec(ctx, `INSERT INTO probe (data) SELECT unnest($1::bytea[])`, rows)
 		return batch, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, Limit{Name: "PostgreSQL rows/s in 500-row INSERTs", Ops: n, Per: per,
-		Notes: fmt.Sprintf("2 writers, synchronous_commit on, %d B rows, one primary key", o.Payload)})
-	return out, nil
+	l.Name = limitBareInsert
+	l.Notes = fmt.Sprintf("2 writers, synchronous_commit on, %d B rows, one primary key", o.Payload)
+	out = append(out, l)
+	bare, err := probeBareDeliveries(ctx, pool, o)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, bare), nil
 }
 
 // probeRedis measures XADD round trips one at a time from Concurrency
@@ -216,13 +258,13 @@ func probeRedis(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	key := "dispatch-load:limits:" + randomHex(6)
 	defer client.Del(context.WithoutCancel(ctx), key)
 	body := strings.Repeat("x", 26) // a delivery id
-	single, per1, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
+	single, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
 		return 1, client.XAdd(ctx, &goredis.XAddArgs{Stream: key, MaxLen: 10000, Approx: true, Values: []string{"b", body}}).Err()
 	})
 	if err != nil {
 		return nil, err
 	}
-	piped, per2, err := hammer(ctx, 4, o.Duration, func(ctx context.Context) (int, error) {
+	piped, err := hammer(ctx, 4, o.Duration, func(ctx context.Context) (int, error) {
 		p := client.Pipeline()
 		for range 100 {
 			p.XAdd(ctx, &goredis.XAddArgs{Stream: key, MaxLen: 10000, Approx: true, Values: []string{"b", body}})
@@ -233,21 +275,23 @@ func probeRedis(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Limit{
-		{Name: "Redis XADD round trips/s", Ops: single, Per: per1, Notes: fmt.Sprintf("%d clients, one command each", o.Concurrency)},
-		{Name: "Redis XADD/s pipelined", Ops: piped, Per: per2, Notes: "4 clients, 100 commands per pipeline"},
-	}, nil
+	single.Name, single.Notes = "Redis XADD round trips/s", fmt.Sprintf("%d clients, one command each", o.Concurrency)
+	piped.Name, piped.Notes = "Redis XADD/s pipelined", "4 clients, 100 commands per pipeline"
+	return []Limit{single, piped}, nil
 }
 
 // WriteLimits prints the figures as a Markdown table.
 func WriteLimits(w io.Writer, o LimitsOptions, limits []Limit) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### component limits — %s each\n\n| component | figure | setup |\n|---|---:|---|\n", o.Duration)
+	fmt.Fprintf(&b, "### component limits — %s each\n\n| component | figure | machine busy | machine time per operation | setup |\n|---|---:|---:|---:|---|\n", o.Duration)
 	for _, l := range limits {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", l.Name, thousands(int64(l.Rate()+0.5)), l.Notes)
+		fmt.Fprintf(&b, "| %s | %s | %.2f cores | %.1f µs | %s |\n", l.Name, thousands(int64(l.Rate()+0.5)), l.Busy,
+			float64(l.MachineTime())/float64(time.Microsecond), l.Notes)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	return writeCeilings(w, limits, float64(runtime.NumCPU()))
 }
 
 func limitsMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {

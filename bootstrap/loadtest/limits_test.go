@@ -23,8 +23,8 @@ func TestLimitsMeasuresEveryComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(limits) != 6 {
-		t.Fatalf("%d figures, want 6: %+v", len(limits), limits)
+	if len(limits) != 10 {
+		t.Fatalf("%d figures, want 10: %+v", len(limits), limits)
 	}
 	var out bytes.Buffer
 	if err := WriteLimits(&out, o, limits); err != nil {
@@ -37,5 +37,67 @@ func TestLimitsMeasuresEveryComponent(t *testing.T) {
 		if !strings.Contains(out.String(), "| "+l.Name+" |") {
 			t.Errorf("the table lacks %q:\n%s", l.Name, out.String())
 		}
+		if l.Busy <= 0 || l.MachineTime() <= 0 {
+			t.Errorf("%s: machine busy %.2f cores, %s per operation", l.Name, l.Busy, l.MachineTime())
+		}
+	}
+	if !strings.Contains(out.String(), "| W4 | ") {
+		t.Errorf("no ceilings printed:\n%s", out.String())
+	}
+}
+
+func TestMachineTimeIsTheMachinesBusyTimePerOperation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		l    Limit
+		want time.Duration
+	}{
+		{Limit{Ops: 1000, Per: time.Second, Busy: 2}, 2 * time.Millisecond},
+		{Limit{Ops: 50_000, Per: 5 * time.Second, Busy: 1.5}, 150 * time.Microsecond},
+		{Limit{Ops: 1000, Per: time.Second}, 0}, // busy time unknown
+		{Limit{Per: time.Second, Busy: 2}, 0},   // nothing done
+	} {
+		if got := tc.l.MachineTime(); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.l, got, tc.want)
+		}
+	}
+}
+
+// TestCeilingsSumTheStepsEachWorkloadCannotSkip checks the arithmetic of
+// the ceilings: cores divided by the machine time of the steps summed.
+func TestCeilingsSumTheStepsEachWorkloadCannotSkip(t *testing.T) {
+	t.Parallel()
+	perOp := func(name string, d time.Duration) Limit { // one core busy
+		return Limit{Name: name, Ops: 1000, Per: 1000 * d, Busy: 1}
+	}
+	limits := []Limit{
+		perOp(limitHTTP, 50*time.Microsecond),
+		perOp(limitStorePublish0, 50*time.Microsecond),
+		perOp(limitStorePublish1, 100*time.Microsecond),
+		perOp(limitStoreDeliver, 150*time.Microsecond),
+		perOp(limitBareInsert, 25*time.Microsecond),
+		perOp(limitBareDeliver, 20*time.Microsecond),
+	}
+	var out bytes.Buffer
+	if err := writeCeilings(&out, limits, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| W1 | publish exchange + event stored | 20,000/s (100 µs) | 26,667/s (75 µs) |",       // 2 / (50+50), 2 / (50+25)
+		"stored + claim and record + webhook exchange | 5,714/s (350 µs) | 11,765/s (170 µs) |", // 2 / (2×50+100+150), 2 / (2×50+2×25+20)
+		"(fan-out's insert left out) | 10,000/s (200 µs) | 28,571/s (70 µs) |",                  // 2 / (50+150), 2 / (50+20)
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("ceilings lack %q:\n%s", want, out.String())
+		}
+	}
+
+	limits[0].Busy = 0 // /proc/stat unreadable
+	out.Reset()
+	if err := writeCeilings(&out, limits, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "No ceilings") || strings.Contains(out.String(), "| W1 |") {
+		t.Errorf("with a busy time unknown there must be no ceilings:\n%s", out.String())
 	}
 }
