@@ -28,9 +28,12 @@ const (
 const (
 	storePublishers = 256 // W3's publishers
 	storeDeliverers = 512 // twice a worker's concurrency, so that every batch is full
-	// storeDeliverPerSec is more deliveries per second than either
-	// delivery probe manages here: what they are given to consume.
+	// storeDeliverPerSec and bareDeliverPerSec are more deliveries per
+	// second than the store's and the bare delivery probe manage here:
+	// how many deliveries they are given to consume. A probe that runs
+	// out anyway ends early, its figure still per second of its run.
 	storeDeliverPerSec = 20_000
+	bareDeliverPerSec  = 150_000
 )
 
 // probeStore measures the PostgreSQL work Dispatch itself does, alone on
@@ -178,7 +181,8 @@ func openStore(ctx context.Context, dsn string, opts ...postgres.ConnectOption) 
 // most on this machine: the machine time of the steps a workload cannot
 // skip, summed per event or delivery, into the machine's cores. Everything
 // else (Redis, the roles' own work, the load generator beyond its HTTP
-// exchange) is left out, so the true ceiling is lower.
+// exchange) is left out, so the true ceiling is lower. The bare minimum
+// stores W3's event and delivery at the price of two 1 KiB rows.
 func writeCeilings(w io.Writer, limits []Limit, cores float64) error {
 	cost := map[string]time.Duration{}
 	for _, l := range limits {
@@ -214,7 +218,7 @@ func writeCeilings(w io.Writer, limits []Limit, cores float64) error {
 // secondary index, no foreign key, no event or subscription to read.
 func probeBareDeliveries(ctx context.Context, pool *pgxpool.Pool, o LimitsOptions) (Limit, error) {
 	const batch, writers = 500, 2
-	rows := int64(o.Duration.Seconds()*storeDeliverPerSec*2) + writers*batch
+	rows := int64(o.Duration.Seconds()*bareDeliverPerSec) + writers*batch
 	for _, q := range []string{
 		`CREATE TABLE bare_deliveries (id bigint PRIMARY KEY, status text NOT NULL, attempts integer NOT NULL,
 			lease_until timestamptz, updated_at timestamptz NOT NULL)`,
