@@ -179,13 +179,11 @@ func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 // the same with synchronous_commit off (the worker's setting), and rows
 // per second of 500-row multi-row INSERTs (what group commit approaches).
 func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
-	// A database of its own, made and dropped as a load run's is.
-	d := &deployment{}
-	defer func() { _ = d.stop(context.WithoutCancel(ctx)) }()
-	dsn, err := d.createDatabase(ctx, o.DatabaseURL, "dispatch_limits_"+randomHex(6))
+	dsn, drop, err := scratchDatabase(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	defer drop()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -242,6 +240,18 @@ func probePostgres(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		return nil, err
 	}
 	return append(out, bare), nil
+}
+
+// scratchDatabase creates a database of its own on o's server, as a load
+// run does; drop drops it.
+func scratchDatabase(ctx context.Context, o LimitsOptions) (dsn string, drop func(), err error) {
+	d := &deployment{}
+	drop = func() { _ = d.stop(context.WithoutCancel(ctx)) }
+	if dsn, err = d.createDatabase(ctx, o.DatabaseURL, "dispatch_limits_"+randomHex(6)); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return dsn, drop, nil
 }
 
 // probeRedis measures XADD round trips one at a time from Concurrency

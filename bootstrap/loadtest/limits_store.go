@@ -45,12 +45,11 @@ const (
 // asynchronously, as the worker's pool does). What these cost the machine
 // is a floor under the workloads that do them, whatever the rest costs.
 func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
-	d := &deployment{}
-	defer func() { _ = d.stop(context.WithoutCancel(ctx)) }()
-	dsn, err := d.createDatabase(ctx, o.DatabaseURL, "dispatch_limits_"+randomHex(6))
+	dsn, drop, err := scratchDatabase(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	defer drop()
 	api, closeAPI, err := openStore(ctx, dsn)
 	if err != nil {
 		return nil, err
