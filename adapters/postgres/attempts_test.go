@@ -141,6 +141,29 @@ func (f workerFixture) stuckStatement(t *testing.T, query string, not ...int32) 
 	}
 }
 
+// statementEnded waits until backend pid no longer runs a statement. A
+// caller that gives up leaves its backend running: pgx closes the
+// connection and sends PostgreSQL a cancel request on the side, which
+// lands a little later (until then a statement waiting for a lock would
+// still go ahead once it gets it).
+func statementEnded(t *testing.T, pool *pgxpool.Pool, pid int32) {
+	t.Helper()
+	deadline := time.Now().Add(workerWait)
+	for {
+		var running bool
+		err := pool.QueryRow(t.Context(),
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')`, pid).Scan(&running)
+		require.NoError(t, err)
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for backend %d's statement to end", workerWait, pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // lineUp starts call n times, one at a time, each once the previous one
 // waits for a batch (waiting counts them), and returns their outcomes.
 func lineUp[T any](t *testing.T, n int, waiting func() int, call func(i int) T) []<-chan T {
@@ -478,6 +501,7 @@ func TestGroupCommitClaimCancelReturnsPromptly(t *testing.T) {
 	// stays' row).
 	cancelLeader()
 	assert.ErrorIs(t, await(t, first, "the cancelled leader").err, context.Canceled)
+	statementEnded(t, f.pool, leaderPID)
 	f.stuckStatement(t, "ClaimDeliveries", leaderPID)
 	cancelLate()
 	cancelled = time.Now()

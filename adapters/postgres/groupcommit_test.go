@@ -254,6 +254,7 @@ func TestGroupCommitCancelReturnsPromptly(t *testing.T) {
 	// cancelled and the next batch, stays and late, is stuck in turn.
 	cancelLeader()
 	assert.ErrorIs(t, receive(t, first, "the cancelled leader").err, context.Canceled)
+	statementEnded(t, pool, leaderPID)
 	blockedInsert(t, pool, "InsertEventsFannedOut", leaderPID)
 	cancelLate()
 	cancelled = time.Now()
