@@ -67,10 +67,9 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		ids []string
 	)
 	publish := func(ctx context.Context) (int, error) {
-		now := time.Now()
-		e := domain.Event{
-			ID: domain.MustNewID(domain.EventIDPrefix, now), Type: "order.created", Source: "dispatch-load",
-			Data: data, Status: domain.EventPending, CreatedAt: now,
+		e, err := domain.NewEvent(domain.NewEventInput{Type: "order.created", Source: "dispatch-load", Data: data, DataChecked: true}, time.Now())
+		if err != nil {
+			return 0, err
 		}
 		made, _, err := api.CreateEventFannedOut(ctx, e, inlineToAll)
 		if err != nil {
@@ -88,12 +87,9 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	bare.Name = limitStorePublish0
 	bare.Notes = fmt.Sprintf("%d publishers, %d B events, synchronous commits", storePublishers, o.Payload)
 
-	now := time.Now()
-	sub := domain.Subscription{
-		ID: domain.MustNewID(domain.SubscriptionIDPrefix, now), URL: "https://hooks.example.com/limits",
-		EventTypes: []string{"*"}, Secret: domain.MustGenerateSecret(), Active: true,
-		RateLimit: domain.DefaultRateLimit, MaxInFlight: domain.DefaultMaxInFlight, Timeout: domain.DefaultTimeout,
-		RetryPolicy: domain.DefaultRetryPolicy(), Headers: map[string]string{}, CreatedAt: now, UpdatedAt: now,
+	sub, err := domain.NewSubscription(domain.NewSubscriptionInput{URL: "https://hooks.example.com/limits", EventTypes: []string{"*"}}, time.Now())
+	if err != nil {
+		return nil, err
 	}
 	if err := api.CreateSubscription(ctx, sub); err != nil {
 		return nil, fmt.Errorf("create subscription: %w", err)
@@ -150,10 +146,7 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 func inlineToAll(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
 	out := make([]domain.Delivery, len(active))
 	for i, s := range active {
-		out[i] = domain.Delivery{
-			ID: domain.MustNewID(domain.DeliveryIDPrefix, e.CreatedAt), EventID: e.ID, SubscriptionID: s.ID,
-			Status: domain.DeliveryPending, NextAttemptAt: e.CreatedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt,
-		}
+		out[i] = domain.NewDelivery(e, s, e.CreatedAt)
 	}
 	return out, true
 }
