@@ -284,13 +284,13 @@ type APIServer struct{ *HTTPServer }
 
 // apiModule serves the HTTP API with /metrics on ListenAddr.
 var apiModule = fx.Module("api",
-	fx.Provide(newAPIServer),
+	fx.Provide(newWarmedIngest, newAPIServer),
 	fx.Invoke(func(*APIServer) {}),
 )
 
 func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, m *metrics.Metrics,
 	ingest *application.Ingest, subs *application.Subscriptions, events *application.Events,
-	deliveries *application.Deliveries, ready Ready,
+	deliveries *application.Deliveries, ready Ready, _ warmedIngest,
 ) *APIServer {
 	mux := http.NewServeMux()
 	httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},

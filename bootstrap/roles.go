@@ -98,8 +98,9 @@ func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
 
 // workerModule runs fan-out and delivery consumers.
 var workerModule = fx.Module("worker",
+	fx.Provide(newWarmedDeliveries),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, queue ports.Queue,
-		fanout *application.FanOut, deliver *application.Deliver,
+		fanout *application.FanOut, deliver *application.Deliver, _ warmedDeliveries,
 	) {
 		name := consumerName("worker")
 		onErr := func(err error) { log.Error("stream consumer failed", "error", err) }

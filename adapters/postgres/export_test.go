@@ -12,3 +12,6 @@ func OneEventWriter(s *Store) *Store {
 	s.events = s.newEventBatcher(1)
 	return s
 }
+
+// EventWriters is how many batches of events are written at once.
+const EventWriters = eventWriters

@@ -33,6 +33,8 @@ type Store struct {
 	// RecordAttempts, ReleaseDeliveries): prepared on a BatchPool when the
 	// Store has one, else planned per batch like planned.
 	batch *sqlcgen.Queries
+	// batchPool is the pool batch runs on, nil without a BatchPool.
+	batchPool *pgxpool.Pool
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
 	events *groupcommit.Batcher[newEvent]
@@ -66,7 +68,7 @@ type Option func(*Store)
 // costs PostgreSQL several times what running them does. The caller
 // closes pool, after the Store's last use.
 func BatchPool(pool *pgxpool.Pool) Option {
-	return func(s *Store) { s.batch = sqlcgen.New(pool) }
+	return func(s *Store) { s.batch, s.batchPool = sqlcgen.New(pool), pool }
 }
 
 // Ping reports whether PostgreSQL answers.

@@ -116,6 +116,18 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 	}
 }
 
+// Warm loads the Admit and Finish scripts into Redis, so that a worker's
+// first deliveries after Redis restarted (or on a new server) do not each
+// pay a NOSCRIPT answer and a second round trip to send the script.
+func (p *Protection) Warm(ctx context.Context) error {
+	for _, script := range []*goredis.Script{protectionAdmit, protectionFinish} {
+		if err := script.Load(ctx, p.client).Err(); err != nil {
+			return fmt.Errorf("redis protection: load script: %w", err)
+		}
+	}
+	return nil
+}
+
 // keys are the subscription's breaker, rate and lease keys, those of
 // Breakers, RateLimiter (with redis_rate's "rate:") and Semaphore.
 func (p *Protection) keys(subscriptionID string) (breaker, rate, inflight string) {
