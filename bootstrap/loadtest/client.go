@@ -68,6 +68,27 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), "80")
 }
 
+// Connect sends n /health requests at once, each on a connection of its
+// own unless an earlier one is already back in the pool, where the
+// connections then stay for the publishers.
+func (c *clientAPI) Connect(ctx context.Context, n int) error {
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			res, err := c.api.HealthWithResponse(ctx)
+			if err == nil && res.StatusCode() != http.StatusOK {
+				err = fmt.Errorf("/health answered %s", res.Status())
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range n {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
 func (c *clientAPI) CreateSubscription(ctx context.Context, url string, maxInFlight, rateLimit int) (string, string, error) {
 	inFlight, limit := int64(maxInFlight), int64(rateLimit)
 	description := "dispatch-load"
