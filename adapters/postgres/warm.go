@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -73,8 +74,6 @@ func onConnections(ctx context.Context, pool *pgxpool.Pool, n int, warm func(q *
 			c.Release()
 		}
 	}()
-	errs := make([]error, n)
-	done := make(chan int, n)
 	for range n {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -82,11 +81,11 @@ func onConnections(ctx context.Context, pool *pgxpool.Pool, n int, warm func(q *
 		}
 		conns = append(conns, c)
 	}
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
 	for i, c := range conns {
-		go func() { errs[i] = warm(sqlcgen.New(c)); done <- i }()
+		wg.Go(func() { errs[i] = warm(sqlcgen.New(c)) })
 	}
-	for range conns {
-		<-done
-	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
