@@ -64,28 +64,29 @@ func (s *Store) WarmDeliveries(ctx context.Context) error {
 }
 
 // onConnections runs warm on n distinct connections of pool (fewer if the
-// pool holds fewer), each held until all are warm so that none is handed
-// out twice.
+// pool holds fewer), opened at once. Each is held until all are warm, so
+// that none is handed out twice.
 func onConnections(ctx context.Context, pool *pgxpool.Pool, n int, warm func(q *sqlcgen.Queries) error) error {
 	n = min(n, int(pool.Config().MaxConns))
-	conns := make([]*pgxpool.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
-	for range n {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("open connection: %w", err)
-		}
-		conns = append(conns, c)
-	}
-	errs := make([]error, len(conns))
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, c := range conns {
-		wg.Go(func() { errs[i] = warm(sqlcgen.New(c)) })
+	for i := range n {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				errs[i] = fmt.Errorf("open connection: %w", err)
+				return
+			}
+			conns[i] = c
+			errs[i] = warm(sqlcgen.New(c))
+		})
 	}
 	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
 	return errors.Join(errs...)
 }
