@@ -8,12 +8,12 @@ import (
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
-// The sender keeps an idle connection for every delivery a worker may have
-// in flight, all of which can be to one endpoint.
-func TestSenderKeepsAConnectionPerDeliveryInFlight(t *testing.T) {
+// The sender may open a connection for every delivery a worker may have in
+// flight, all of which can be to one endpoint.
+func TestSenderAllowsAConnectionPerDeliveryInFlight(t *testing.T) {
 	for _, concurrency := range []int{1, bootstrap.DefaultConcurrency, 5000} {
 		cfg := bootstrap.DefaultConfig()
 		cfg.WorkerConcurrency = concurrency
-		assert.Equal(t, concurrency, bootstrap.SenderOptions(cfg).MaxIdleConnsPerHost)
+		assert.Equal(t, concurrency, bootstrap.SenderOptions(cfg).MaxConnsPerHost)
 	}
 }

@@ -1,11 +1,12 @@
 // Package webhook delivers webhooks over HTTP: Sender implements
-// ports.Sender on a pooled net/http client that never follows redirects,
-// bounds what it reads of a response, and refuses internal addresses at
-// connect time (the SSRF guard). Guard applies the same Policy to a
+// ports.Sender on a pooled HTTP/1.1 client (fasthttp's) that never follows
+// redirects, bounds what it reads of a response, does not lose a send to a
+// kept-alive connection the endpoint closed, and refuses internal
+// addresses at connect time (the SSRF guard). Guard applies the same Policy to a
 // subscription's URL when it is created or changed; Policy adds the
 // exceptions of configuration (an allow-list, or everything) to
 // ForbiddenAddress, and ParseAllowedTargets reads the allow-list.
 //
 // Rule of dependency: this package imports ports, domain and the standard
-// library only; net/http types stay inside it.
+// library, and fasthttp, whose types stay inside it.
 package webhook

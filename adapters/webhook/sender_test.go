@@ -3,8 +3,10 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,24 +27,39 @@ import (
 )
 
 // TestMain checks that senders and test servers leave no goroutine behind.
+// fasthttp's pool cleaners are the exception: each sleeps until its next
+// idle check (up to the idle timeout) and then ends, its pool being empty
+// once CloseIdleConnections has run. They hold no connection.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"))
 }
 
 // endpoint is a receiver on 127.0.0.1 that counts the connections it
-// accepts.
+// accepts and closes.
 type endpoint struct {
 	*httptest.Server
-	newConns atomic.Int64
+	newConns, closedConns atomic.Int64
 }
 
 func newEndpoint(t testing.TB, h http.HandlerFunc) *endpoint {
 	t.Helper()
+	return startEndpoint(t, h, func(*http.Server) {})
+}
+
+// startEndpoint starts an endpoint after configure has set up its server.
+func startEndpoint(t testing.TB, h http.HandlerFunc, configure func(*http.Server)) *endpoint {
+	t.Helper()
 	e := &endpoint{}
 	e.Server = httptest.NewUnstartedServer(h)
+	configure(e.Config)
 	e.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			e.newConns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			e.closedConns.Add(1)
 		}
 	}
 	e.Start()
@@ -218,7 +235,7 @@ func TestSendConcurrent(t *testing.T) {
 		hits.Add(1)
 		_, _ = io.Copy(w, r.Body)
 	})
-	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxIdleConnsPerHost: 16})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: 16})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -240,65 +257,214 @@ func TestSendConcurrent(t *testing.T) {
 
 // TestSendKeepsAConnectionPerRequestInFlight sends rounds of n requests
 // that the endpoint holds until all n have arrived, so n connections are
-// in use at once: with room for n idle connections every later round
-// reuses them, while a smaller cap closes the surplus as each round ends
-// and the next round dials it again.
+// in use at once: every later round reuses them.
 func TestSendKeepsAConnectionPerRequestInFlight(t *testing.T) {
 	t.Parallel()
 	const n, rounds = 24, 3
-	for _, tc := range []struct {
-		name      string
-		idle      int
-		reconnect bool
-	}{
-		{"room for every one", n, false},
-		{"room for half", n / 2, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var (
-				mu      sync.Mutex
-				arrived int
-				release = make(chan struct{})
-			)
-			e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.Copy(io.Discard, r.Body)
-				mu.Lock()
-				arrived++
-				wait := release
-				if arrived%n == 0 { // the round is complete: release it
-					close(release)
-					release = make(chan struct{})
+	var (
+		mu      sync.Mutex
+		arrived int
+		release = make(chan struct{})
+	)
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		arrived++
+		wait := release
+		if arrived%n == 0 { // the round is complete: release it
+			close(release)
+			release = make(chan struct{})
+		}
+		mu.Unlock()
+		<-wait
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: n})
+	for range rounds {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+				if assert.NoError(t, err) {
+					assert.Equal(t, http.StatusOK, resp.StatusCode)
 				}
-				mu.Unlock()
-				<-wait
 			})
-			s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxIdleConnsPerHost: tc.idle})
-			for range rounds {
-				var wg sync.WaitGroup
-				for range n {
-					wg.Go(func() {
-						resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
-						if assert.NoError(t, err) {
-							assert.Equal(t, http.StatusOK, resp.StatusCode)
-						}
-					})
-				}
-				wg.Wait()
-			}
-			if tc.reconnect {
-				assert.Greater(t, e.newConns.Load(), int64(n), "a cap below the requests in flight closes connections that the next round dials again")
-			} else {
-				assert.Equal(t, int64(n), e.newConns.Load(), "every round after the first reuses the connections of the first")
+		}
+		wg.Wait()
+	}
+	assert.Equal(t, int64(n), e.newConns.Load(), "every round after the first reuses the connections of the first")
+}
+
+// TestSendCapsConnectionsPerHost sends more requests at once than the cap
+// allows: the surplus waits for a connection instead of opening one.
+func TestSendCapsConnectionsPerHost(t *testing.T) {
+	t.Parallel()
+	const limit, sends = 4, 32
+	var inFlight, most atomic.Int64
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		now := inFlight.Add(1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond) // let the others pile up
+		inFlight.Add(-1)
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: limit})
+	var wg sync.WaitGroup
+	for range sends {
+		wg.Go(func() {
+			resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
 			}
 		})
 	}
+	wg.Wait()
+	assert.LessOrEqual(t, e.newConns.Load(), int64(limit))
+	assert.Equal(t, int64(limit), most.Load(), "the cap is used to the full, and never passed")
+}
+
+// TestSendGoesAgainOnAConnectionTheEndpointClosed lets the endpoint close
+// kept-alive connections while they idle, as servers with a short
+// keep-alive timeout do: the next sends find them closed and must go out
+// on fresh ones, not fail.
+func TestSendGoesAgainOnAConnectionTheEndpointClosed(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	var hits atomic.Int64
+	e := startEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		hits.Add(1)
+	}, func(srv *http.Server) { srv.IdleTimeout = 10 * time.Millisecond })
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+
+	sendAll := func() {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+				if assert.NoError(t, err, "a connection closed while idle must not fail the send") {
+					assert.Equal(t, http.StatusOK, resp.StatusCode)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for range 3 {
+		sendAll()
+		require.Eventually(t, func() bool { // the endpoint has closed every one while they idled
+			return e.closedConns.Load() == e.newConns.Load()
+		}, 5*time.Second, time.Millisecond)
+	}
+	assert.Equal(t, int64(3*n), hits.Load(), "each send reached the endpoint once")
+}
+
+// TestSendTriesTwiceAnEndpointThatHangsUp: an endpoint that closes the
+// connection without answering may have closed it just as the request
+// went out, so the request goes once more on a new connection, and no
+// more: an endpoint that always hangs up costs two connections a send.
+func TestSendTriesTwiceAnEndpointThatHangsUp(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "closed connection before returning the first response byte")
+	assert.Positive(t, resp.Duration)
+	assert.Equal(t, int64(2), requests.Load())
+	assert.Equal(t, int64(2), e.newConns.Load())
+}
+
+func TestSendOverTLS(t *testing.T) {
+	t.Parallel()
+	e := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(w, r.Body)
+	}))
+	e.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
+	e.StartTLS()
+	t.Cleanup(e.Close)
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	s.TrustRoots(e.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs)
+	for range 3 {
+		resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte(`{"tls":true}`), Timeout: 5 * time.Second})
+		require.NoError(t, err)
+		assert.Equal(t, `{"tls":true}`, string(resp.Body))
+	}
+
+	// An endpoint whose certificate is not trusted is not delivered to.
+	untrusting := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	_, err := untrusting.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+	var unknown x509.UnknownAuthorityError
+	assert.ErrorAs(t, err, &unknown)
+}
+
+func TestSendRefusesAnOversizedResponseHead(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Padding", strings.Repeat("p", webhook.MaxResponseHeader))
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	_, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+	assert.Error(t, err)
+}
+
+func TestSendWritesTheCallersHeadersButNotItsFraming(t *testing.T) {
+	t.Parallel()
+	got := make(chan *http.Request, 1)
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		got <- r
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	header := http.Header{
+		"X-Tenant":       {"a", "b"},
+		"Host":           {"internal.example"},
+		"Content-Length": {"1"},
+		"Connection":     {"close"},
+	}
+	_, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL + "/a//b", Header: header, Body: []byte(`{"x":1}`), Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	r := <-got
+	assert.Equal(t, []string{"a", "b"}, r.Header.Values("X-Tenant"))
+	assert.Equal(t, strings.TrimPrefix(e.URL, "http://"), r.Host, "the Host is the URL's")
+	assert.EqualValues(t, len(`{"x":1}`), r.ContentLength)
+	assert.False(t, r.Close, "the connection is kept alive")
+	assert.Equal(t, "/a//b", r.URL.Path, "the URL's path is sent as written")
+}
+
+func TestSendHonoursTheContext(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(200 * time.Millisecond)
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	req := ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second}
+
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := s.Send(ended, req)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, e.newConns.Load(), "an ended context sends nothing")
+
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	resp, err := s.Send(short, req)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the context's deadline ends the request before its timeout")
+	assert.Less(t, resp.Duration, time.Second)
 }
 
 func TestSenderOptionsValidate(t *testing.T) {
 	t.Parallel()
 	assert.NoError(t, webhook.SenderOptions{}.Validate())
-	assert.Error(t, webhook.SenderOptions{MaxIdleConnsPerHost: -1}.Validate())
+	assert.Error(t, webhook.SenderOptions{MaxConnsPerHost: -1}.Validate())
 	assert.Error(t, webhook.SenderOptions{DefaultTimeout: -time.Second}.Validate())
 	err := webhook.SenderOptions{Policy: webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/16")}}}.Validate()
 	assert.ErrorContains(t, err, "webhook sender: allowed targets: entry 1 10.20.1.0/16: has bits set past the /16 prefix; did you mean 10.20.0.0/16?")

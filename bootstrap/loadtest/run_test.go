@@ -17,7 +17,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// fasthttp's pool cleaners (the worker's webhook sender) sleep until
+	// their next idle check and then end, their pools being empty.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"))
 }
 
 // TestTinyRunDeliversEverythingAndWritesEveryReport starts Dispatch in
