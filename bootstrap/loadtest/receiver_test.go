@@ -64,6 +64,15 @@ func newTestReceiver(t *testing.T, subscriptions int, tune func(*Config)) (*Rece
 	return rcv, accepted
 }
 
+func get(t testing.TB, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 func send(t *testing.T, req *http.Request) int {
 	t.Helper()
 	res, err := http.DefaultClient.Do(req)
@@ -97,6 +106,7 @@ func TestReceiverVerifiesCountsAndMeasures(t *testing.T) {
 		{"a duplicate", webhook(t, rcv.URL(0), secrets[0], "evt_1", body), 200},
 		{"signed with the wrong secret", webhook(t, rcv.URL(1), secrets[0], "evt_2", body), 200},
 		{"a path that is no subscription's", webhook(t, rcv.URL(2), secrets[0], "evt_2", body), 404},
+		{"not a POST", get(t, rcv.URL(0)), 404},
 	} {
 		if got := send(t, tc.req); got != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
@@ -108,10 +118,10 @@ func TestReceiverVerifiesCountsAndMeasures(t *testing.T) {
 			t.Errorf("%s = %d, want %d", name, got, want)
 		}
 	}
-	check("requests", rcv.requests.Load(), 5)
+	check("requests", rcv.requests.Load(), 6)
 	check("delivered pairs", rcv.delivered.Load(), 3)
 	check("duplicates", rcv.duplicates.Load(), 1)
-	check("unknown", rcv.unknown.Load(), 1)
+	check("unknown", rcv.unknown.Load(), 2)
 	check("verified", rcv.verified.Load(), 4)
 	check("bad signatures", rcv.badSignature.Load(), 1)
 	if msg := rcv.firstBadSig.Load(); msg == nil || !bytes.Contains([]byte(*msg), []byte("evt_2")) {

@@ -17,11 +17,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// fasthttp's pool cleaners (the worker's webhook sender) sleep until
-	// their next idle check and then end, their pools being empty.
+	// fasthttp's pool cleaners (the worker's webhook sender, the
+	// receiver's server) sleep until their next idle check and then end,
+	// their pools being empty or stopped.
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"))
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
 }
 
 // TestTinyRunDeliversEverythingAndWritesEveryReport starts Dispatch in
