@@ -65,6 +65,15 @@ var (
 	binaryErr  error
 )
 
+// TestMain removes the binary dispatchBinary built, if it built one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaryPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binaryPath))
+	}
+	os.Exit(code)
+}
+
 // dispatchBinary builds bootstrap/cmd/dispatch once per test run.
 func dispatchBinary(t *testing.T) string {
 	t.Helper()
