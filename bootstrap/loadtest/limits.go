@@ -17,6 +17,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // The component limits of this machine: what loopback HTTP, PostgreSQL
@@ -63,7 +67,11 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loopback HTTP: %w", err)
 	}
-	out = append(out, http)
+	hook, err := probeWebhookHTTP(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("loopback HTTP, webhook path: %w", err)
+	}
+	out = append(out, http, hook)
 	pg, err := probePostgres(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL: %w", err)
@@ -120,7 +128,9 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 					return
 				}
 				if err != nil {
-					if ctx.Err() == nil {
+					// An op that ran into the window's end is not an error,
+					// even before ctx's timer has marked ctx done.
+					if end, _ := ctx.Deadline(); ctx.Err() == nil && time.Now().Before(end) {
 						once.Do(func() { firstErr = err; cancel() })
 					}
 					return
@@ -139,7 +149,7 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 
 // probeHTTP: Concurrency keep-alive clients POST Payload bytes to a
 // net/http server on 127.0.0.1 that reads the body and answers 204 — the
-// floor of every publish and every webhook request.
+// floor of every publish (the API serves on net/http).
 func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -171,6 +181,43 @@ func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 	})
 	l.Name = limitHTTP
 	l.Notes = fmt.Sprintf("net/http, %d keep-alive clients, %d B body, 204 answer", o.Concurrency, o.Payload)
+	return l, err
+}
+
+// probeWebhookHTTP: Concurrency goroutines send Payload bytes through
+// Dispatch's webhook sender to a fasthttp server on 127.0.0.1 that answers
+// 204, as the worker sends to the run's receiver: the floor of every
+// webhook a workload delivers.
+func probeWebhookHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Limit{}, err
+	}
+	srv := &fasthttp.Server{
+		Handler:       func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusNoContent) },
+		NoDefaultDate: true, NoDefaultServerHeader: true,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	sender := webhook.NewSender(webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: o.Concurrency})
+	defer sender.CloseIdleConnections()
+	req := ports.WebhookRequest{
+		URL:    "http://" + ln.Addr().String() + "/",
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   bytes.Repeat([]byte("x"), o.Payload),
+	}
+	l, err := hammer(ctx, o.Concurrency, o.Duration, func(ctx context.Context) (int, error) {
+		res, err := sender.Send(ctx, req)
+		if err != nil {
+			return 0, err
+		}
+		if res.StatusCode != http.StatusNoContent {
+			return 0, fmt.Errorf("answered %d", res.StatusCode)
+		}
+		return 1, nil
+	})
+	l.Name = limitWebhookHTTP
+	l.Notes = fmt.Sprintf("Dispatch's webhook sender (fasthttp's client) to fasthttp's server, %d senders, %d B body, 204 answer", o.Concurrency, o.Payload)
 	return l, err
 }
 

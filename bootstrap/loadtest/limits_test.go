@@ -23,8 +23,8 @@ func TestLimitsMeasuresEveryComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(limits) != 10 {
-		t.Fatalf("%d figures, want 10: %+v", len(limits), limits)
+	if len(limits) != 11 {
+		t.Fatalf("%d figures, want 11: %+v", len(limits), limits)
 	}
 	var out bytes.Buffer
 	if err := WriteLimits(&out, o, limits); err != nil {
@@ -72,6 +72,7 @@ func TestCeilingsSumTheStepsEachWorkloadCannotSkip(t *testing.T) {
 	}
 	limits := []Limit{
 		perOp(limitHTTP, 50*time.Microsecond),
+		perOp(limitWebhookHTTP, 30*time.Microsecond),
 		perOp(limitStorePublish0, 50*time.Microsecond),
 		perOp(limitStorePublish1, 100*time.Microsecond),
 		perOp(limitStoreDeliver, 150*time.Microsecond),
@@ -84,8 +85,8 @@ func TestCeilingsSumTheStepsEachWorkloadCannotSkip(t *testing.T) {
 	}
 	for _, want := range []string{
 		"| W1 | publish exchange + event stored | 20,000/s (100 µs) | 26,667/s (75 µs) |",       // 2 / (50+50), 2 / (50+25)
-		"stored + claim and record + webhook exchange | 5,714/s (350 µs) | 11,765/s (170 µs) |", // 2 / (2×50+100+150), 2 / (2×50+2×25+20)
-		"(fan-out's insert left out) | 10,000/s (200 µs) | 28,571/s (70 µs) |",                  // 2 / (50+150), 2 / (50+20)
+		"stored + claim and record + webhook exchange | 6,061/s (330 µs) | 13,333/s (150 µs) |", // 2 / (50+30+100+150), 2 / (50+30+2×25+20)
+		"(fan-out's insert left out) | 11,111/s (180 µs) | 40,000/s (50 µs) |",                  // 2 / (30+150), 2 / (30+20)
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("ceilings lack %q:\n%s", want, out.String())

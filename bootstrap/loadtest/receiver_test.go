@@ -22,7 +22,7 @@ func newSecret(t testing.TB) string {
 }
 
 // webhook is a request as Dispatch sends it, signed with secret.
-func webhook(t testing.TB, url, secret, id string, body []byte) *http.Request {
+func signedRequest(t testing.TB, url, secret, id string, body []byte) *http.Request {
 	t.Helper()
 	wh, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
@@ -101,11 +101,11 @@ func TestReceiverVerifiesCountsAndMeasures(t *testing.T) {
 		req  *http.Request
 		want int
 	}{
-		{"first delivery to subscription 0", webhook(t, rcv.URL(0), secrets[0], "evt_1", body), 200},
-		{"same event to subscription 1", webhook(t, rcv.URL(1), secrets[1], "evt_1", body), 200},
-		{"a duplicate", webhook(t, rcv.URL(0), secrets[0], "evt_1", body), 200},
-		{"signed with the wrong secret", webhook(t, rcv.URL(1), secrets[0], "evt_2", body), 200},
-		{"a path that is no subscription's", webhook(t, rcv.URL(2), secrets[0], "evt_2", body), 404},
+		{"first delivery to subscription 0", signedRequest(t, rcv.URL(0), secrets[0], "evt_1", body), 200},
+		{"same event to subscription 1", signedRequest(t, rcv.URL(1), secrets[1], "evt_1", body), 200},
+		{"a duplicate", signedRequest(t, rcv.URL(0), secrets[0], "evt_1", body), 200},
+		{"signed with the wrong secret", signedRequest(t, rcv.URL(1), secrets[0], "evt_2", body), 200},
+		{"a path that is no subscription's", signedRequest(t, rcv.URL(2), secrets[0], "evt_2", body), 404},
 		{"not a POST", get(t, rcv.URL(0)), 404},
 	} {
 		if got := send(t, tc.req); got != tc.want {
@@ -144,7 +144,7 @@ func TestReceiverFailsTheConfiguredShareAndSamplesVerification(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if got := send(t, webhook(t, rcv.URL(0), secret, fmt.Sprintf("evt_%d", i), []byte(`{}`))); got != 500 {
+		if got := send(t, signedRequest(t, rcv.URL(0), secret, fmt.Sprintf("evt_%d", i), []byte(`{}`))); got != 500 {
 			t.Errorf("request %d: status %d, want 500", i, got)
 		}
 	}
@@ -173,7 +173,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	body := bytes.Repeat([]byte("x"), 1100)
-	req := webhook(b, "http://127.0.0.1/s/0", secret, "evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W", body)
+	req := signedRequest(b, "http://127.0.0.1/s/0", secret, "evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W", body)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := wh.Verify(body, req.Header); err != nil {
