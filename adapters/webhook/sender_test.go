@@ -280,18 +280,25 @@ func TestSendKeepsAConnectionPerRequestInFlight(t *testing.T) {
 	})
 	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: n})
 	for range rounds {
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
-				if assert.NoError(t, err) {
-					assert.Equal(t, http.StatusOK, resp.StatusCode)
-				}
-			})
-		}
-		wg.Wait()
+		sendAtOnce(t, s, e.URL, n)
 	}
 	assert.Equal(t, int64(n), e.newConns.Load(), "every round after the first reuses the connections of the first")
+}
+
+// sendAtOnce sends n requests to url at once and checks each was answered
+// 200.
+func sendAtOnce(t *testing.T, s *webhook.Sender, url string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: url, Body: []byte("{}"), Timeout: 5 * time.Second})
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestSendCapsConnectionsPerHost sends more requests at once than the cap
@@ -309,16 +316,7 @@ func TestSendCapsConnectionsPerHost(t *testing.T) {
 		inFlight.Add(-1)
 	})
 	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, MaxConnsPerHost: limit})
-	var wg sync.WaitGroup
-	for range sends {
-		wg.Go(func() {
-			resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
-			if assert.NoError(t, err) {
-				assert.Equal(t, http.StatusOK, resp.StatusCode)
-			}
-		})
-	}
-	wg.Wait()
+	sendAtOnce(t, s, e.URL, sends)
 	assert.LessOrEqual(t, e.newConns.Load(), int64(limit))
 	assert.Equal(t, int64(limit), most.Load(), "the cap is used to the full, and never passed")
 }
@@ -337,20 +335,8 @@ func TestSendGoesAgainOnAConnectionTheEndpointClosed(t *testing.T) {
 	}, func(srv *http.Server) { srv.IdleTimeout = 10 * time.Millisecond })
 	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 
-	sendAll := func() {
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
-				if assert.NoError(t, err, "a connection closed while idle must not fail the send") {
-					assert.Equal(t, http.StatusOK, resp.StatusCode)
-				}
-			})
-		}
-		wg.Wait()
-	}
 	for range 3 {
-		sendAll()
+		sendAtOnce(t, s, e.URL, n) // a connection the endpoint closed must not fail a send
 		require.Eventually(t, func() bool { // the endpoint has closed every one while they idled
 			return e.closedConns.Load() == e.newConns.Load()
 		}, 5*time.Second, time.Millisecond)
