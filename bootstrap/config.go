@@ -151,7 +151,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans")
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
-	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once")
+	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
