@@ -139,9 +139,9 @@ func NewReceiver(subscriptions int, cfg Config, accepted *acceptedLog) (*Receive
 		r.endpoints = append(r.endpoints, &endpoint{})
 	}
 	// fasthttp's server: whatever the receiver spends is taken from the
-	// machine it measures, and net/http's server costs about twice as much
-	// a request (a goroutine of each request reading ahead while its
-	// handler runs, and the syscalls to stop it).
+	// machine it measures, and net/http's server starts a goroutine per
+	// request that reads ahead while the handler runs, and makes syscalls
+	// to stop it. In W4 this took 13 µs of the tool's CPU off each delivery.
 	r.srv = &fasthttp.Server{
 		Handler:               r.serve,
 		ReadTimeout:           time.Minute,
