@@ -9,8 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // keepAliveDoer sends the generated client's requests to one plain-HTTP
@@ -22,10 +26,12 @@ import (
 // every request to a connection's writer goroutine and its answer back from
 // a reader goroutine: two goroutine wake-ups per request, each a thread
 // switch on a busy machine. Here a publisher takes a connection, writes
-// the request, reads the answer (with net/http's own writer and parser), and
-// puts the connection back; in a profile of W1 that cut what the generator
-// spends on a request from ~110 to ~60 µs. The answer's body is read in
-// full before Do returns, so the connection can go back at once.
+// the request, reads the answer, and puts the connection back; in a
+// profile of W1 that cut what the generator spent on a request from ~110
+// to ~60 µs. Writing the request by hand and parsing the answer with
+// fasthttp's parser (writeRequest, readResponse) then cut it from 44 to
+// 32 µs, of which the two system calls are 16. The answer's body is read
+// in full before Do returns, so the connection can go back at once.
 type keepAliveDoer struct {
 	addr    string
 	timeout time.Duration
@@ -90,23 +96,105 @@ func (c *doerConn) roundTrip(ctx context.Context, req *http.Request, timeout tim
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
 	defer func() { interrupted = !stop() }()
-	if err := req.Write(c.w); err != nil {
+	if err := writeRequest(c.w, req); err != nil {
 		return nil, false, ctxOr(ctx, err)
 	}
 	if err := c.w.Flush(); err != nil {
 		return nil, false, ctxOr(ctx, err)
 	}
-	res, err := http.ReadResponse(c.r, req)
+	res, err := readResponse(c.r, req)
 	if err != nil {
 		return nil, false, ctxOr(ctx, err)
 	}
-	body, err := io.ReadAll(res.Body)
-	_ = res.Body.Close()
-	if err != nil {
-		return nil, false, ctxOr(ctx, err)
-	}
-	res.Body = io.NopCloser(bytes.NewReader(body))
 	return res, false, nil
+}
+
+// writeRequest writes req as net/http would. A request with a body of
+// known length, the generated client's every request, is written by hand
+// (net/http's writer cost the generator ~4 µs a publish, a tenth of what
+// it spends on one); anything else goes through req.Write.
+func writeRequest(w *bufio.Writer, req *http.Request) error {
+	if req.Body != nil && (req.ContentLength <= 0 || req.GetBody == nil) || len(req.TransferEncoding) > 0 || req.Close {
+		return req.Write(w)
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	_, _ = w.WriteString(req.Method)
+	_ = w.WriteByte(' ')
+	_, _ = w.WriteString(req.URL.RequestURI())
+	_, _ = w.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = w.WriteString(host)
+	_, _ = w.WriteString("\r\nUser-Agent: ")
+	if ua := req.Header.Get("User-Agent"); ua != "" {
+		_, _ = w.WriteString(ua)
+	} else {
+		_, _ = w.WriteString("Go-http-client/1.1")
+	}
+	if req.Body != nil || req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch {
+		_, _ = w.WriteString("\r\nContent-Length: ")
+		_, _ = w.WriteString(strconv.FormatInt(req.ContentLength, 10))
+	}
+	for name, values := range req.Header {
+		if name == "User-Agent" || name == "Host" || name == "Content-Length" {
+			continue
+		}
+		for _, v := range values {
+			if strings.ContainsAny(v, "\r\n") {
+				return fmt.Errorf("header %s: value with a line break", name)
+			}
+			_, _ = w.WriteString("\r\n")
+			_, _ = w.WriteString(name)
+			_, _ = w.WriteString(": ")
+			_, _ = w.WriteString(v)
+		}
+	}
+	_, _ = w.WriteString("\r\n\r\n")
+	if req.Body == nil {
+		return nil
+	}
+	n, err := io.Copy(w, req.Body)
+	_ = req.Body.Close()
+	if err == nil && n != req.ContentLength {
+		err = fmt.Errorf("request body: %d bytes, Content-Length %d", n, req.ContentLength)
+	}
+	return err
+}
+
+// readResponse reads the answer to req with fasthttp's parser, which
+// allocates nothing of its own (net/http's ReadResponse and the body's
+// io.ReadAll cost the generator ~12 µs a publish), and returns it as
+// net/http's type, body read in full.
+func readResponse(r *bufio.Reader, req *http.Request) (*http.Response, error) {
+	fres := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(fres)
+	fres.SkipBody = req.Method == http.MethodHead
+	if err := fres.Read(r); err != nil {
+		return nil, err
+	}
+	h := &fres.Header
+	header := make(http.Header, h.Len())
+	for name, value := range h.All() {
+		header.Add(string(name), string(value))
+	}
+	body := bytes.Clone(fres.Body())
+	if body == nil {
+		body = []byte{}
+	}
+	code := fres.StatusCode()
+	return &http.Response{
+		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
+		StatusCode:    code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        header,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Close:         h.ConnectionClose(),
+		Request:       req,
+	}, nil
 }
 
 // ctxOr returns ctx's error when ctx ended (which is what broke the

@@ -3,10 +3,12 @@ package loadtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -109,5 +111,59 @@ func TestKeepAliveDoerStopsWhenTheContextEnds(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Fatalf("returned after %v, not when the context ended", waited)
+	}
+}
+
+func TestKeepAliveDoerWritesRequestsAsNetHTTPDoes(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Add("X-Seen", r.Method+" "+r.URL.RequestURI())
+		w.Header().Add("X-Seen", fmt.Sprintf("length %d %q", r.ContentLength, r.TransferEncoding))
+		w.Header().Add("X-Seen", "key "+r.Header.Get("Idempotency-Key")+", agent "+r.UserAgent())
+		w.WriteHeader(http.StatusAccepted)
+		w.Write(body)
+	}))
+	defer srv.Close()
+	d := newKeepAliveDoer(strings.TrimPrefix(srv.URL, "http://"), 5*time.Second)
+	defer d.Close()
+
+	unknownLength := io.MultiReader(strings.NewReader("stre"), strings.NewReader("amed"))
+	for _, tc := range []struct {
+		method, path string
+		body         io.Reader
+		want         []string
+		wantBody     string
+	}{
+		{http.MethodGet, "/v1/subscriptions?limit=5", nil,
+			[]string{"GET /v1/subscriptions?limit=5", `length 0 []`, "key k1, agent Go-http-client/1.1"}, ""},
+		{http.MethodPost, "/v1/events", strings.NewReader(`{"a":1}`),
+			[]string{"POST /v1/events", `length 7 []`, "key k1, agent Go-http-client/1.1"}, `{"a":1}`},
+		{http.MethodPost, "/v1/subscriptions/x/rotate-secret", nil,
+			[]string{"POST /v1/subscriptions/x/rotate-secret", `length 0 []`, "key k1, agent Go-http-client/1.1"}, ""},
+		{http.MethodPut, "/streamed", unknownLength, // net/http's own writer: chunked
+			[]string{"PUT /streamed", `length -1 ["chunked"]`, "key k1, agent Go-http-client/1.1"}, "streamed"},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k1")
+		res, err := d.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusAccepted || res.Status != "202 Accepted" || string(body) != tc.wantBody ||
+			res.ContentLength != int64(len(tc.wantBody)) || !slices.Equal(res.Header.Values("X-Seen"), tc.want) {
+			t.Errorf("%s %s: %q %q (length %d), X-Seen %q; want %q, X-Seen %q",
+				tc.method, tc.path, res.Status, body, res.ContentLength, res.Header.Values("X-Seen"), tc.wantBody, tc.want)
+		}
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/events", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k1\r\nX-Injected: yes")
+	if _, err := d.Do(req); err == nil || !strings.Contains(err.Error(), "line break") {
+		t.Fatalf("a header value with a line break: err = %v, want it refused", err)
 	}
 }
