@@ -86,7 +86,12 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	return append(out, rd...), nil
+	out = append(out, rd...)
+	system, err := probeOS(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("operating system: %w", err)
+	}
+	return append(out, system...), nil
 }
 
 // errProbeDone ends a hammer goroutine quietly: its op has run out of

@@ -23,8 +23,8 @@ func TestLimitsMeasuresEveryComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(limits) != 11 {
-		t.Fatalf("%d figures, want 11: %+v", len(limits), limits)
+	if len(limits) != 13 {
+		t.Fatalf("%d figures, want 13: %+v", len(limits), limits)
 	}
 	var out bytes.Buffer
 	if err := WriteLimits(&out, o, limits); err != nil {

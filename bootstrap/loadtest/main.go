@@ -19,7 +19,7 @@ Usage:
   dispatch-load [flags]                    one run (default: 1,000 events, 1 subscription)
   dispatch-load --workload W3 [flags]      one standard workload; flags given override it
   dispatch-load bench [bench flags]        every standard workload, 3 runs each, into results/
-  dispatch-load limits [limits flags]      what loopback HTTP, PostgreSQL, Redis and the store manage alone, and the ceilings that sets
+  dispatch-load limits [limits flags]      what loopback HTTP, PostgreSQL, Redis, the store and the OS's hand-offs manage alone, and the ceilings that sets
 
 Without --target it starts Dispatch itself: a fresh database on the
 PostgreSQL server of --database-url (dropped at the end), a Redis key prefix
