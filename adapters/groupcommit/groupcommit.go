@@ -56,12 +56,6 @@ type Limits[T any] struct {
 	// batches fill during the write anyway. It also caps a writer at
 	// MaxItems per Linger plus the write: keep it well below that.
 	Linger time.Duration
-	// LingerBelow, when above 0, makes Linger conditional: a leader waits
-	// only when fewer than LingerBelow calls are pending as it starts (its
-	// own included). Under light load a batch then gathers company; under
-	// load, where the calls arriving during a write fill the next batch
-	// anyway, nobody waits.
-	LingerBelow int
 	// Writers is how many batches may be written at once; 0 means 1.
 	// Batches written at once commit in any order.
 	Writers int
@@ -189,7 +183,7 @@ func (b *Batcher[T]) Waiting() int {
 // lead writes one batch, starting with self (the head of pending), after
 // Linger, then wakes its callers and hands leadership on.
 func (b *Batcher[T]) lead(self *call[T]) {
-	if b.limits.Linger > 0 && b.sparse() {
+	if b.limits.Linger > 0 {
 		time.Sleep(b.limits.Linger)
 	}
 	b.mu.Lock()
@@ -216,17 +210,6 @@ func (b *Batcher[T]) lead(self *call[T]) {
 	}()
 	b.writeBatch(self.ctx, batch)
 	finished = true
-}
-
-// sparse reports whether a leader starting now should linger: always,
-// unless LingerBelow calls are pending already.
-func (b *Batcher[T]) sparse() bool {
-	if b.limits.LingerBelow <= 0 {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.pending) < b.limits.LingerBelow
 }
 
 // take removes the next batch from pending: self, the leader, then the

@@ -219,43 +219,6 @@ func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
 	assert.ElementsMatch(t, []int{0, 1, 2, 3, 4}, batches[0])
 }
 
-// TestLingerBelowSkipsTheLingerWhenCallsArePending: a lone leader still
-// lingers and gathers the callers arriving meanwhile, but one that finds
-// LingerBelow calls pending as it starts writes at once.
-func TestLingerBelowSkipsTheLingerWhenCallsArePending(t *testing.T) {
-	t.Parallel()
-	r := newRecorder()
-	r.hold()
-	// Long enough that a write started within it cannot have lingered; the
-	// test takes that long once, for the lone leader.
-	const linger = 3 * time.Second
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{Linger: linger, LingerBelow: 3})
-	out := make(chan outcome, 10)
-	commitAsync(t.Context(), b, 0, out)
-	eventually(t, func() bool { return b.Waiting() == 1 }, "the first caller to lead")
-	commitAsync(t.Context(), b, 1, out)
-	eventually(t, func() bool { return b.Waiting() == 2 }, "a second caller to queue while the leader lingers")
-	r.waitStarted(t, "the lone leader's batch, after its linger")
-	for i := 2; i <= 4; i++ {
-		commitAsync(t.Context(), b, i, out)
-		eventually(t, func() bool { return b.Waiting() == i-1 }, "the caller to queue behind the write")
-	}
-	r.mu.Lock()
-	first := r.gate
-	r.gate = make(chan struct{})
-	r.mu.Unlock()
-	released := time.Now()
-	close(first)
-	r.waitStarted(t, "the next batch, led by a caller that found 3 pending")
-	assert.Less(t, time.Since(released), linger, "a leader finding LingerBelow calls pending does not linger")
-	r.release()
-	for range 5 {
-		require.NoError(t, receive(t, out, "every caller").err)
-	}
-	assert.Equal(t, [][]int{{0, 1}, {2, 3, 4}}, r.snapshot(),
-		"the lone leader lingered and took the caller arriving meanwhile; the next leader went at once with its three")
-}
-
 func TestEachCallerGetsItsOwnOutcome(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()

@@ -25,22 +25,6 @@ const (
 	// eventWriters is how many batches are written at once: while one
 	// waits for its WAL flush, the next is on its way.
 	eventWriters = 2
-	// eventLinger is how long a batch of events that would hold fewer than
-	// eventLingerBelow waits for more before it is written. Under light
-	// load each event would otherwise be its own commit, with its own WAL
-	// flush and the kernel's block-device work behind it; under load the
-	// batches fill during the write in progress and nobody waits (see
-	// groupcommit.Limits.LingerBelow). A publish may wait that much longer
-	// for its 202; nothing downstream does, since the event is appended
-	// after its commit either way. Measured in six alternating W2 runs of
-	// 20 s: accepted→received p50 9.79 / 4.36 / 4.94 / 7.63 / 6.91 / 4.55 →
-	// 3.70 / 3.22 / 4.16 / 4.91 / 4.23 / 3.23 ms, p99 48.8 / 27.5 / 26.4 /
-	// 34.7 / 31.2 / 30.9 → 23.7 / 16.2 / 27.5 / 45.5 / 27.8 / 19.4 ms, the
-	// machine 1.74 → 1.65 cores busy, PostgreSQL 0.63 → 0.57; publish p50
-	// no higher; W1 no slower (three pairs: 8,771 / 9,328 / 9,893 → 9,756 /
-	// 10,013 / 9,816 events/s).
-	eventLinger      = time.Millisecond
-	eventLingerBelow = 4
 )
 
 // maxSubscriptionRaces bounds how often an event fanned out inline is
@@ -70,12 +54,10 @@ type fanOutcome struct {
 // one commit, instead of paying ~57 µs of commit each.
 func (s *Store) newEventBatcher(writers int) *groupcommit.Batcher[newEvent] {
 	return groupcommit.New(s.insertEvents, groupcommit.Limits[newEvent]{
-		MaxItems:    maxEventBatch,
-		MaxWeight:   maxEventBatchBytes,
-		Weigh:       eventRowSize,
-		Writers:     writers,
-		Linger:      eventLinger,
-		LingerBelow: eventLingerBelow,
+		MaxItems:  maxEventBatch,
+		MaxWeight: maxEventBatchBytes,
+		Weigh:     eventRowSize,
+		Writers:   writers,
 	})
 }
 
