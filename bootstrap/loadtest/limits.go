@@ -101,8 +101,11 @@ var errProbeDone = errors.New("probe out of work")
 // hammer runs op from n goroutines for d and counts the operations op
 // reports (an op may do several, e.g. a batch), and how busy the whole
 // machine was meanwhile. Each goroutine first runs op once outside the
-// measured window, so connections are set up before the clock starts. The
-// returned Limit has Ops, Per and Busy set.
+// measured window, so connections are set up before the clock starts. An
+// op started within the window runs to its end and counts, and the
+// measured time runs until the last one ended: on a slow machine a short
+// window would otherwise cut every op of a heavy probe short and count
+// none. The returned Limit has Ops, Per and Busy set.
 func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Context) (int, error)) (Limit, error) {
 	var warm sync.WaitGroup
 	warmErrs := make([]error, n)
@@ -117,7 +120,7 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 	if err := errors.Join(warmErrs...); err != nil {
 		return Limit{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
+	window, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var done atomic.Int64
 	var firstErr error
@@ -127,17 +130,13 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 	start := time.Now()
 	for range n {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for window.Err() == nil {
 				k, err := op(ctx)
 				if errors.Is(err, errProbeDone) {
 					return
 				}
 				if err != nil {
-					// An op that ran into the window's end is not an error,
-					// even before ctx's timer has marked ctx done.
-					if end, _ := ctx.Deadline(); ctx.Err() == nil && time.Now().Before(end) {
-						once.Do(func() { firstErr = err; cancel() })
-					}
+					once.Do(func() { firstErr = err; cancel() })
 					return
 				}
 				done.Add(int64(k))
