@@ -179,9 +179,6 @@ func readResponse(r *bufio.Reader, req *http.Request) (*http.Response, error) {
 		header.Add(string(name), string(value))
 	}
 	body := bytes.Clone(fres.Body())
-	if body == nil {
-		body = []byte{}
-	}
 	code := fres.StatusCode()
 	return &http.Response{
 		Status:        strconv.Itoa(code) + " " + http.StatusText(code),

@@ -16,6 +16,12 @@ import (
 // statement, command and request carries about one delivery, these costs
 // are most of a delivery's.
 
+// Names of the operating system's figures (no ceiling uses them).
+const (
+	limitSyscall          = "system calls/s, one core"
+	limitProcessRoundTrip = "process round trips/s"
+)
+
 // probeOS measures a system call (a trivial one, from Go) and a round trip
 // between two processes through pipes: a byte written to cat, which wakes,
 // reads it and writes it back, and the prober, which wakes and reads it.

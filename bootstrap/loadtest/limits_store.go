@@ -17,15 +17,13 @@ import (
 
 // Names of the figures the ceilings are computed from.
 const (
-	limitHTTP             = "loopback HTTP requests/s"
-	limitWebhookHTTP      = "loopback HTTP requests/s, webhook path"
-	limitBareInsert       = "PostgreSQL rows/s in 500-row INSERTs"
-	limitSyscall          = "system calls/s, one core"
-	limitProcessRoundTrip = "process round trips/s"
-	limitBareDeliver      = "PostgreSQL deliveries/s, bare minimum: claimed, recorded, attempt stored"
-	limitStorePublish0    = "Dispatch's store alone: events published/s, no subscription"
-	limitStorePublish1    = "Dispatch's store alone: events published/s, one subscription"
-	limitStoreDeliver     = "Dispatch's store alone: deliveries claimed and recorded/s"
+	limitHTTP          = "loopback HTTP requests/s"
+	limitWebhookHTTP   = "loopback HTTP requests/s, webhook path"
+	limitBareInsert    = "PostgreSQL rows/s in 500-row INSERTs"
+	limitBareDeliver   = "PostgreSQL deliveries/s, bare minimum: claimed, recorded, attempt stored"
+	limitStorePublish0 = "Dispatch's store alone: events published/s, no subscription"
+	limitStorePublish1 = "Dispatch's store alone: events published/s, one subscription"
+	limitStoreDeliver  = "Dispatch's store alone: deliveries claimed and recorded/s"
 )
 
 const (
