@@ -1,8 +1,13 @@
 package loadtest
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
@@ -26,7 +31,7 @@ func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
 		{delivery(8000, 0), delivery(9000, 2), delivery(8500, 0)},
 	}
 	var b strings.Builder
-	if err := writeSummary(&b, BenchOptions{Runs: 3, Command: "dispatch-load bench"}, cases, results); err != nil {
+	if err := writeSummary(&b, BenchOptions{Runs: 3, Command: "dispatch-load bench"}, cases, results, sitting{}); err != nil {
 		t.Fatal(err)
 	}
 	got := b.String()
@@ -38,5 +43,72 @@ func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "sitting") {
+		t.Errorf("a summary without machine probes has a section for them:\n%s", got)
+	}
+}
+
+func TestSummaryQuotesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
+	t.Parallel()
+	probe := func(name string, ops int64, busy float64) Limit {
+		return Limit{Name: name, Ops: ops, Per: time.Second, Busy: busy, Notes: name + " setup"}
+	}
+	gauges := sitting{
+		before: []Limit{probe("loopback HTTP requests/s", 30000, 1.5), probe("system calls/s, one core", 800000, 1)},
+		// The HTTP probe failed after the runs: its row says so.
+		after: []Limit{probe("system calls/s, one core", 500000, 1)},
+	}
+	var b strings.Builder
+	if err := writeSummary(&b, BenchOptions{Runs: 1}, nil, nil, gauges); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		"## The machine in this sitting",
+		"| loopback HTTP requests/s | 30,000 (50.0 µs) | – | loopback HTTP requests/s setup |",
+		"| system calls/s, one core | 800,000 (1.2 µs) | 500,000 (2.0 µs) | system calls/s, one core setup |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestBenchGaugesTheMachineBeforeAndAfterTheRuns checks that the gauge
+// runs before the first run and after the last, even when a run fails
+// (here at once: no PostgreSQL listens where it is sent), and that a
+// failed gauge is reported.
+func TestBenchGaugesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
+	t.Parallel()
+	base := baseConfig()
+	base.DatabaseURL, base.DispatchBin = "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=5", "/nonexistent/dispatch"
+	var calls int
+	opts := BenchOptions{
+		Out: t.TempDir(), Runs: 1, Only: []string{"W1"}, Quick: true, Base: base,
+		Gauge: func(context.Context) ([]Limit, error) {
+			calls++
+			if calls == 2 {
+				return nil, errors.New("probe broke")
+			}
+			return []Limit{{Name: "loopback HTTP requests/s", Ops: 10, Per: time.Second, Busy: 1}}, nil
+		},
+	}
+	err := Bench(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "W1 run 1") {
+		t.Errorf("err = %v, want W1's failed run reported", err)
+	}
+	if calls != 2 {
+		t.Fatalf("gauge ran %d times, want 2 (before and after)", calls)
+	}
+	if err == nil || !strings.Contains(err.Error(), "machine probes after the last run: probe broke") {
+		t.Errorf("err = %v, want the failed gauge reported", err)
+	}
+	summary, rerr := os.ReadFile(filepath.Join(opts.Out, "summary.md"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !strings.Contains(string(summary), "| loopback HTTP requests/s | 10 (100000.0 µs) | – |") {
+		t.Errorf("summary lacks the gauge's figures:\n%s", summary)
 	}
 }

@@ -60,18 +60,13 @@ func (l Limit) MachineTime() time.Duration {
 	return time.Duration(l.Busy * float64(l.Per) / float64(l.Ops))
 }
 
-// MeasureLimits runs every probe in turn.
+// MeasureLimits runs every probe in turn: the machine's own (see
+// MeasureMachine), then PostgreSQL's, the store's and Redis'.
 func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
-	var out []Limit
-	http, err := probeHTTP(ctx, o)
+	out, err := MeasureMachine(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("loopback HTTP: %w", err)
+		return nil, err
 	}
-	hook, err := probeWebhookHTTP(ctx, o)
-	if err != nil {
-		return nil, fmt.Errorf("loopback HTTP, webhook path: %w", err)
-	}
-	out = append(out, http, hook)
 	pg, err := probePostgres(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL: %w", err)
@@ -86,12 +81,27 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	out = append(out, rd...)
+	return append(out, rd...), nil
+}
+
+// MeasureMachine runs the probes that need neither PostgreSQL nor Redis:
+// loopback HTTP on the publish's and the webhook's paths, a system call
+// and a round trip between two processes. They say how fast the machine is
+// at the moment, which drifts by more than most changes to Dispatch make.
+func MeasureMachine(ctx context.Context, o LimitsOptions) ([]Limit, error) {
+	http, err := probeHTTP(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("loopback HTTP: %w", err)
+	}
+	hook, err := probeWebhookHTTP(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("loopback HTTP, webhook path: %w", err)
+	}
 	system, err := probeOS(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("operating system: %w", err)
 	}
-	return append(out, system...), nil
+	return append([]Limit{http, hook}, system...), nil
 }
 
 // errProbeDone ends a hammer goroutine quietly: its op has run out of
@@ -354,9 +364,14 @@ func WriteLimits(w io.Writer, o LimitsOptions, limits []Limit) error {
 	return writeCeilings(w, limits, float64(runtime.NumCPU()))
 }
 
+// defaultLimits are the probes' settings unless flags say otherwise: the
+// workloads' 64 publishers and 1 KiB payloads.
+func defaultLimits(base Config) LimitsOptions {
+	return LimitsOptions{DatabaseURL: base.DatabaseURL, RedisURL: base.RedisURL, Duration: 5 * time.Second, Concurrency: 64, Payload: 1024}
+}
+
 func limitsMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	base := baseConfig()
-	o := LimitsOptions{DatabaseURL: base.DatabaseURL, RedisURL: base.RedisURL, Duration: 5 * time.Second, Concurrency: 64, Payload: 1024}
+	o := defaultLimits(baseConfig())
 	fs := flag.NewFlagSet("dispatch-load limits", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.DatabaseURL, "database-url", o.DatabaseURL, "PostgreSQL server to measure (a scratch database is created and dropped)")

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const usage = `dispatch-load measures Dispatch: events accepted/s, deliveries/s,
@@ -176,11 +177,21 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&opts.Base.RedisURL, "redis-url", opts.Base.RedisURL, "Redis for the runs ($REDIS_URL)")
 	fs.StringVar(&opts.Base.DispatchBin, "dispatch-bin", "", "dispatch binary for worker processes (default: go build it once)")
 	fs.StringVar(&opts.Base.LogLevel, "log-level", opts.Base.LogLevel, "log level of the Dispatch roles started")
+	machine := defaultLimits(opts.Base)
+	machine.Duration = 3 * time.Second
+	fs.DurationVar(&machine.Duration, "machine-probe", machine.Duration, "how long each of the machine probes of 'limits' runs before the first run and after the last, for the summary (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if machine.Duration < 0 {
+		fmt.Fprintln(stderr, "dispatch-load bench: --machine-probe must not be negative")
+		return 2
+	}
+	if machine.Duration > 0 {
+		opts.Gauge = func(ctx context.Context) ([]Limit, error) { return MeasureMachine(ctx, machine) }
 	}
 	if only != "" {
 		opts.Only = strings.Split(only, ",")
