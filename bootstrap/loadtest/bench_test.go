@@ -35,15 +35,11 @@ func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
-	for _, want := range []string{
+	summaryHas(t, got,
 		"| W1 | 3 | 15,000 | 20.0 | – | – | – | – | – | 30 / 60 | 1.90 / 0.10 |",
 		"| W3 | 3 | 1,000 | 20.0 | 8,500 (8,500) | 3.00 / 8.00 / 21.5 / 140 | 1.000 | 0 | 0 | 30 / 60 |",
 		"Command: `dispatch-load bench`",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("summary lacks %q:\n%s", want, got)
-		}
-	}
+	)
 	if strings.Contains(got, "sitting") {
 		t.Errorf("a summary without machine probes has a section for them:\n%s", got)
 	}
@@ -63,14 +59,19 @@ func TestSummaryQuotesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
 	if err := writeSummary(&b, BenchOptions{Runs: 1}, nil, nil, gauges); err != nil {
 		t.Fatal(err)
 	}
-	got := b.String()
-	for _, want := range []string{
+	summaryHas(t, b.String(),
 		"## The machine in this sitting",
 		"| loopback HTTP requests/s | 30,000 (50.0 µs) | – | loopback HTTP requests/s setup |",
 		"| system calls/s, one core | 800,000 (1.2 µs) | 500,000 (2.0 µs) | system calls/s, one core setup |",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("summary lacks %q:\n%s", want, got)
+	)
+}
+
+// summaryHas fails t for each of wants that summary lacks.
+func summaryHas(t *testing.T, summary string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
 		}
 	}
 }
@@ -108,7 +109,5 @@ func TestBenchGaugesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
-	if !strings.Contains(string(summary), "| loopback HTTP requests/s | 10 (100000.0 µs) | – |") {
-		t.Errorf("summary lacks the gauge's figures:\n%s", summary)
-	}
+	summaryHas(t, string(summary), "| loopback HTTP requests/s | 10 (100000.0 µs) | – |")
 }
