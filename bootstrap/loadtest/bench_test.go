@@ -111,3 +111,14 @@ func TestBenchGaugesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
 	}
 	summaryHas(t, string(summary), "| loopback HTTP requests/s | 10 (100000.0 µs) | – |")
 }
+
+func TestBenchRefusesANegativeMachineProbe(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	if code := Main([]string{"bench", "--machine-probe", "-1s", "--out", t.TempDir()}, &stdout, &stderr); code != 2 {
+		t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--machine-probe must not be negative") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+}
