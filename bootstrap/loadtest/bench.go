@@ -257,7 +257,7 @@ func writeSitting(b *strings.Builder, gauges sitting) {
 		return
 	}
 	b.WriteString("\n## The machine in this sitting\n\n")
-	b.WriteString("The machine probes of `dispatch-load limits`, just before the first run and just after the last. ")
+	b.WriteString("The probes of the machine and PostgreSQL of `dispatch-load limits`, just before the first run and just after the last. ")
 	b.WriteString("This machine's speed drifts by more than most changes make: compare two benches only together with these. ")
 	b.WriteString("In brackets, what one operation cost the whole machine, every core together.\n\n")
 	b.WriteString("| probe | before | after | setup |\n|---|---:|---:|---|\n")

@@ -60,18 +60,13 @@ func (l Limit) MachineTime() time.Duration {
 	return time.Duration(l.Busy * float64(l.Per) / float64(l.Ops))
 }
 
-// MeasureLimits runs every probe in turn: the machine's own (see
-// MeasureMachine), then PostgreSQL's, the store's and Redis'.
+// MeasureLimits runs every probe in turn: the machine's and PostgreSQL's
+// (see MeasureMachine), then the store's and Redis'.
 func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	out, err := MeasureMachine(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := probePostgres(ctx, o)
-	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL: %w", err)
-	}
-	out = append(out, pg...)
 	store, err := probeStore(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch's store: %w", err)
@@ -84,10 +79,12 @@ func MeasureLimits(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	return append(out, rd...), nil
 }
 
-// MeasureMachine runs the probes that need neither PostgreSQL nor Redis:
-// loopback HTTP on the publish's and the webhook's paths, a system call
-// and a round trip between two processes. They say how fast the machine is
-// at the moment, which drifts by more than most changes to Dispatch make.
+// MeasureMachine runs the probes of the machine and of its PostgreSQL
+// server, none of which goes through Dispatch's store or Redis: loopback
+// HTTP on the publish's and the webhook's paths, a system call, a round
+// trip between two processes, and PostgreSQL's commits and batched rows.
+// They say how fast the machine is at the moment, which drifts by more
+// than most changes to Dispatch make.
 func MeasureMachine(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	http, err := probeHTTP(ctx, o)
 	if err != nil {
@@ -101,7 +98,11 @@ func MeasureMachine(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operating system: %w", err)
 	}
-	return append([]Limit{http, hook}, system...), nil
+	pg, err := probePostgres(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	return append(append([]Limit{http, hook}, system...), pg...), nil
 }
 
 // errProbeDone ends a hammer goroutine quietly: its op has run out of

@@ -177,20 +177,21 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&opts.Base.RedisURL, "redis-url", opts.Base.RedisURL, "Redis for the runs ($REDIS_URL)")
 	fs.StringVar(&opts.Base.DispatchBin, "dispatch-bin", "", "dispatch binary for worker processes (default: go build it once)")
 	fs.StringVar(&opts.Base.LogLevel, "log-level", opts.Base.LogLevel, "log level of the Dispatch roles started")
-	machine := defaultLimits(opts.Base)
-	machine.Duration = 3 * time.Second
-	fs.DurationVar(&machine.Duration, "machine-probe", machine.Duration, "how long each of the machine probes of 'limits' runs before the first run and after the last, for the summary (0: none)")
+	machineProbe := 3 * time.Second
+	fs.DurationVar(&machineProbe, "machine-probe", machineProbe, "how long each of the probes of the machine and PostgreSQL of 'limits' runs before the first run and after the last, for the summary (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if machine.Duration < 0 {
+	if machineProbe < 0 {
 		fmt.Fprintln(stderr, "dispatch-load bench: --machine-probe must not be negative")
 		return 2
 	}
-	if machine.Duration > 0 {
+	if machineProbe > 0 {
+		machine := defaultLimits(opts.Base) // after Parse: --database-url
+		machine.Duration = machineProbe
 		opts.Gauge = func(ctx context.Context) ([]Limit, error) { return MeasureMachine(ctx, machine) }
 	}
 	if only != "" {
