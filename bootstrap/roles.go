@@ -198,10 +198,7 @@ var schedulerModule = fx.Module("scheduler",
 				}
 			}
 		}, func(ctx context.Context) {
-			ticker := time.NewTicker(cfg.SchedulerPollInterval)
-			defer ticker.Stop()
-			for {
-				swept, err := schedule.Tick(ctx)
+			schedule.Run(ctx, cfg.SchedulerPollInterval, func(swept application.Swept, err error) {
 				if err != nil && ctx.Err() == nil {
 					log.Error("scheduler scan failed", "error", err)
 				}
@@ -209,12 +206,7 @@ var schedulerModule = fx.Module("scheduler",
 				m.Requeued("unfanned_event", swept.UnfannedEvents)
 				m.Requeued("reclaimed_event", swept.ReclaimedEvents)
 				m.Requeued("reclaimed_delivery", swept.ReclaimedDelivs)
-				select {
-				case <-ctx.Done():
-					return
-				case <-ticker.C:
-				}
-			}
+			})
 		})
 	}),
 )

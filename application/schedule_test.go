@@ -1,0 +1,92 @@
+package application_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// backlogStore holds due deliveries and hands them out a scan at a time.
+type backlogStore struct {
+	ports.DeliveryStore // only DueDeliveries is used
+	ports.EventStore    // only UnfannedEvents is used
+	mu                  sync.Mutex
+	due                 int
+	scans               int
+}
+
+func (s *backlogStore) DueDeliveries(_ context.Context, _ time.Time, _ time.Duration, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scans++
+	n := min(limit, s.due)
+	s.due -= n
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("d%d-%d", s.scans, i)
+	}
+	return ids, nil
+}
+
+func (s *backlogStore) UnfannedEvents(context.Context, time.Time, time.Duration, int) ([]string, error) {
+	return nil, nil
+}
+
+// idleStreams has nothing to reclaim or trim.
+type idleStreams struct{ *recordingQueue }
+
+func (idleStreams) Reclaim(context.Context, string, string, string, time.Duration, int) ([]ports.Message, error) {
+	return nil, nil
+}
+func (idleStreams) Trim(context.Context, string) error { return nil }
+
+// TestScheduleRunDrainsABacklogWithoutWaitingForItsInterval: 23 due
+// deliveries, scans of 5, an interval of an hour, a catch-up pause of a
+// millisecond. Run enqueues all of them in five quick scans (5, 5, 5, 5
+// and 3), then waits its interval.
+func TestScheduleRunDrainsABacklogWithoutWaitingForItsInterval(t *testing.T) {
+	t.Parallel()
+	store := &backlogStore{due: 23}
+	queue := idleStreams{newRecordingQueue()}
+	s := &application.Schedule{Events: store, Deliveries: store, Queue: queue, Clock: newClock(), BatchSize: 5, Consumer: "s", CatchUp: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan application.Swept, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, time.Hour, func(swept application.Swept, err error) {
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("tick: %v", err)
+			}
+			ticks <- swept
+		})
+	}()
+	var got []int
+	for len(got) < 5 {
+		select {
+		case swept := <-ticks:
+			got = append(got, swept.DueDeliveries)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ticks so far %v: Run waited for its interval with a backlog left", got)
+		}
+	}
+	// The fifth scan took less than a batch: Run now waits its hour.
+	select {
+	case swept := <-ticks:
+		t.Errorf("a sixth tick (%+v) without a backlog, before the interval", swept)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	<-done
+	if want := []int{5, 5, 5, 5, 3}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries per tick %v, want %v", got, want)
+	}
+	if n := len(queue.bodies(ports.DeliveryStream)); n != 23 {
+		t.Errorf("%d deliveries enqueued, want 23", n)
+	}
+}
