@@ -52,7 +52,8 @@ type Config struct {
 	// such as 10.20.0.0/16 for endpoints on an internal network. Checked at
 	// create/update and at every connection, like the guard itself.
 	AllowedTargets []netip.Prefix
-	// SchedulerPollInterval is the pause between scheduler scans.
+	// SchedulerPollInterval is the pause between scheduler scans; a tenth of
+	// it after a scan that took a whole batch (application.Schedule.Run).
 	SchedulerPollInterval time.Duration
 	// SchedulerBatchSize bounds each scan.
 	SchedulerBatchSize int
@@ -148,7 +149,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*listValue)(&c.APIKeys), "api-keys", "comma-separated accepted API keys")
 	parse((*boolValue)(&c.AllowPrivateTargets), "allow-private-targets", "let subscriptions target loopback and private addresses")
 	parse((*prefixListValue)(&c.AllowedTargets), "allowed-targets", "comma-separated CIDR ranges and IP addresses subscriptions may target although the SSRF guard refuses them")
-	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans")
+	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans; a tenth of it after a scan that took a whole batch")
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
