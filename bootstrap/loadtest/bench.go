@@ -261,35 +261,29 @@ func writeSitting(b *strings.Builder, gauges sitting) {
 	b.WriteString("This machine's speed drifts by more than most changes make: compare two benches only together with these. ")
 	b.WriteString("In brackets, what one operation cost the whole machine, every core together.\n\n")
 	b.WriteString("| probe | before | after | setup |\n|---|---:|---:|---|\n")
-	type row struct{ before, after *Limit }
-	var names []string
-	rows := map[string]*row{}
-	for side, limits := range [][]Limit{gauges.before, gauges.after} {
-		for i := range limits {
-			l := &limits[i]
-			r, ok := rows[l.Name]
-			if !ok {
-				r = &row{}
-				rows[l.Name] = r
-				names = append(names, l.Name)
-			}
-			if side == 0 {
-				r.before = l
-			} else {
-				r.after = l
-			}
-		}
-	}
 	figure := func(l *Limit) string {
 		if l == nil {
 			return "–"
 		}
 		return fmt.Sprintf("%s (%.1f µs)", thousands(int64(l.Rate()+0.5)), float64(l.MachineTime())/float64(time.Microsecond))
 	}
-	for _, name := range names {
-		r := rows[name]
-		notes := cmp.Or(r.before, r.after).Notes
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, figure(r.before), figure(r.after), notes)
+	row := func(before, after *Limit) {
+		l := cmp.Or(before, after)
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", l.Name, figure(before), figure(after), l.Notes)
+	}
+	after := map[string]*Limit{}
+	for i := range gauges.after {
+		after[gauges.after[i].Name] = &gauges.after[i]
+	}
+	for i := range gauges.before {
+		l := &gauges.before[i]
+		row(l, after[l.Name])
+		delete(after, l.Name)
+	}
+	for i := range gauges.after { // probes that failed before the runs
+		if l := &gauges.after[i]; after[l.Name] != nil {
+			row(nil, l)
+		}
 	}
 }
 

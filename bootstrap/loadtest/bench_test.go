@@ -52,8 +52,9 @@ func TestSummaryQuotesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
 	}
 	gauges := sitting{
 		before: []Limit{probe("loopback HTTP requests/s", 30000, 1.5), probe("system calls/s, one core", 800000, 1)},
-		// The HTTP probe failed after the runs: its row says so.
-		after: []Limit{probe("system calls/s, one core", 500000, 1)},
+		// The HTTP probe failed after the runs and the round trips before
+		// them: their rows say so.
+		after: []Limit{probe("system calls/s, one core", 500000, 1), probe("process round trips/s", 20000, 1)},
 	}
 	var b strings.Builder
 	if err := writeSummary(&b, BenchOptions{Runs: 1}, nil, nil, gauges); err != nil {
@@ -63,6 +64,7 @@ func TestSummaryQuotesTheMachineBeforeAndAfterTheRuns(t *testing.T) {
 		"## The machine in this sitting",
 		"| loopback HTTP requests/s | 30,000 (50.0 µs) | – | loopback HTTP requests/s setup |",
 		"| system calls/s, one core | 800,000 (1.2 µs) | 500,000 (2.0 µs) | system calls/s, one core setup |",
+		"| process round trips/s | – | 20,000 (50.0 µs) | process round trips/s setup |",
 	)
 }
 
