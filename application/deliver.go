@@ -49,6 +49,9 @@ type Deliver struct {
 	Random func() float64
 	// UserAgent is sent on every request, e.g. "Dispatch/1.0.0".
 	UserAgent string
+
+	// waiters are this process's deliveries waiting for a slot.
+	waiters slotWaiters
 }
 
 // Attempted reports what Handle did, for metrics and logs.
@@ -101,6 +104,10 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 
 	report := Attempted{EventCreatedAt: ev.CreatedAt}
 	until, reason, pass, degraded := uc.protect(keep, d, sub, now)
+	if reason == reasonNoSlot {
+		until, reason, pass, degraded = uc.awaitSlot(keep, d, sub, degraded)
+		now = uc.Clock.Now()
+	}
 	report.Degraded = degraded
 	if reason != "" {
 		postponed := postpone(d, until, reason, now)
@@ -183,6 +190,10 @@ const (
 	passedTogether
 )
 
+// reasonNoSlot is protect's reason when every concurrency slot was taken:
+// Handle then waits for one (awaitSlot) before it postpones the delivery.
+const reasonNoSlot = "no slot"
+
 // protect asks the breaker, the rate limiter and the semaphore, in that
 // order, whether a request may go to sub now: all at once through
 // Protection when it is set and answers, one by one otherwise. When one
@@ -204,7 +215,7 @@ func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Su
 			case ports.RefusedByRateLimit:
 				return now.Add(res.RetryAfter), domain.ReasonThrottled, passedAlone, nil
 			case ports.RefusedBySemaphore:
-				return now.Add(uc.slotWait()), domain.ReasonThrottled, passedAlone, nil
+				return time.Time{}, reasonNoSlot, passedAlone, nil
 			}
 			return time.Time{}, "", passedTogether, nil
 		}
@@ -237,7 +248,7 @@ func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Su
 		case err != nil:
 			degraded = errors.Join(degraded, fmt.Errorf("concurrency cap: %w", err))
 		case !ok:
-			return now.Add(uc.slotWait()), domain.ReasonThrottled, pass, degraded
+			return time.Time{}, reasonNoSlot, pass, degraded
 		default:
 			pass = passedAloneWithSlot
 		}
@@ -251,6 +262,44 @@ func (uc *Deliver) slotWait() time.Duration {
 	return slotWait + time.Duration(uc.Random()*float64(slotWait))
 }
 
+// awaitSlot waits for a slot of sub after protect found them all taken, in
+// this process and for as long as the delivery would otherwise be
+// postponed (slotWait, jittered), asking the protections again each time a
+// request of this process to sub ends (another process's ending request
+// does not wake it). If no slot was had by then, or as many deliveries as
+// sub has slots are waiting already, it postpones the delivery as protect
+// would have. degraded is the latest protect's report, and what it returns
+// is the report of the protect that decided.
+//
+// A delivery waits while it holds its claim, whose lease has leaseMargin to
+// spare, and its consumer's slot. Each retry asks the rate limit again, as
+// the postponed delivery's next claim would: a retry the semaphore refuses
+// still spends a request of the budget.
+func (uc *Deliver) awaitSlot(ctx context.Context, d domain.Delivery, sub domain.Subscription, degraded error) (
+	until time.Time, reason string, pass passed, _ error,
+) {
+	wait := uc.slotWait()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		wake, ok := uc.waiters.add(sub.ID, sub.MaxInFlight)
+		if !ok {
+			break
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			uc.waiters.leave(sub.ID, wake)
+			return uc.Clock.Now().Add(wait), domain.ReasonThrottled, passedAlone, degraded
+		}
+		until, reason, pass, degraded = uc.protect(ctx, d, sub, uc.Clock.Now())
+		if reason != reasonNoSlot {
+			return until, reason, pass, degraded
+		}
+	}
+	return uc.Clock.Now().Add(wait), domain.ReasonThrottled, passedAlone, degraded
+}
+
 // finish ends a request that passed the protections: it gives the slot
 // back and records the result on the breaker, through whatever let it
 // pass. recorded is false when no breaker is configured. A slot whose
@@ -260,10 +309,12 @@ func (uc *Deliver) finish(ctx context.Context, pass passed, subscriptionID, hold
 ) {
 	if pass == passedTogether {
 		state, err := uc.Protection.Finish(ctx, subscriptionID, holder, uc.Breaker, success, now)
+		uc.waiters.wake(subscriptionID)
 		return state, err == nil, err
 	}
 	if pass == passedAloneWithSlot {
 		_ = uc.Semaphore.Release(ctx, subscriptionID, holder)
+		uc.waiters.wake(subscriptionID)
 	}
 	if uc.Breakers == nil {
 		return domain.Breaker{}, false, nil

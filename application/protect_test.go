@@ -19,8 +19,11 @@ type gate struct {
 	recorded    []bool
 	throttle    time.Duration
 	full        bool
-	held        map[string]bool
-	released    []string
+	// limit, when above 0, is how many slots there are.
+	limit    int
+	refused  int
+	held     map[string]bool
+	released []string
 }
 
 func (g *gate) Allow(_ context.Context, _ string, _ domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
@@ -43,7 +46,8 @@ func (g *gate) Take(context.Context, string, int) (bool, time.Duration, error) {
 func (g *gate) TryAcquire(_ context.Context, _, holder string, _ int, _ time.Duration) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.full {
+	if g.full || g.limit > 0 && len(g.held) >= g.limit {
+		g.refused++
 		return false, nil
 	}
 	if g.held == nil {
@@ -189,12 +193,21 @@ type together struct {
 	admitted  []ports.Admission
 	finished  []bool
 	holders   []string
+	// limit, when above 0, is how many slots there are; inFlight are
+	// taken.
+	limit, inFlight int
 }
 
 func (p *together) Admit(_ context.Context, req ports.Admission) (ports.Admitted, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.admitted = append(p.admitted, req)
+	if p.limit > 0 && p.admitErr == nil {
+		if p.inFlight >= p.limit {
+			return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
+		}
+		p.inFlight++
+	}
 	return p.admit, p.admitErr
 }
 
@@ -203,6 +216,7 @@ func (p *together) Finish(_ context.Context, _, holder string, _ domain.BreakerC
 	defer p.mu.Unlock()
 	p.finished = append(p.finished, success)
 	p.holders = append(p.holders, holder)
+	p.inFlight = max(p.inFlight-1, 0)
 	return domain.Breaker{Phase: domain.BreakerClosed}, p.finishErr
 }
 
