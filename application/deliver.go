@@ -49,6 +49,16 @@ type Deliver struct {
 	Random func() float64
 	// UserAgent is sent on every request, e.g. "Dispatch/1.0.0".
 	UserAgent string
+	// Requests, when set, bounds how many Handle calls are past their
+	// start and short of their endpoint's answer at once: its capacity is
+	// the bound. A call takes a slot before it claims its delivery and
+	// gives it back as soon as the answer is in, so that recording an
+	// outcome (a batched write that waits for others) does not keep the
+	// next request waiting. The caller may then run more Handle calls at
+	// once than Requests holds; the extra ones are recording outcomes or
+	// waiting for a slot, and since they wait before their claim, no lease
+	// runs while they do.
+	Requests chan struct{}
 
 	// waiters are this process's deliveries waiting for a slot.
 	waiters slotWaiters
@@ -80,6 +90,8 @@ type Attempted struct {
 // Handle attempts delivery id. An error means the outcome could not be
 // recorded; the stream entry must then stay unacknowledged so it is retried.
 func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
+	slot := uc.takeRequestSlot()
+	defer slot.release()
 	now := uc.Clock.Now()
 	claimed, err := uc.Deliveries.ClaimDelivery(ctx, id, now, leaseMargin)
 	if errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrConflict) {
@@ -119,6 +131,7 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	}
 
 	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
+	slot.release()
 	var out domain.Outcome
 	if err != nil {
 		out = domain.ClassifyError(err)
@@ -174,6 +187,28 @@ func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
 	uc.enqueue(keep, inLine)
 	report.Delivery, report.Attempt, report.Outcome = next, attempt, out
 	return report, nil
+}
+
+// requestSlot is a slot of Deliver.Requests, if one was taken.
+type requestSlot struct {
+	slots chan struct{}
+}
+
+// takeRequestSlot waits for a slot of Requests (at once without Requests).
+func (uc *Deliver) takeRequestSlot() requestSlot {
+	if uc.Requests == nil {
+		return requestSlot{}
+	}
+	uc.Requests <- struct{}{}
+	return requestSlot{slots: uc.Requests}
+}
+
+// release gives the slot back; after the first call it does nothing.
+func (s *requestSlot) release() {
+	if s.slots != nil {
+		<-s.slots
+		s.slots = nil
+	}
 }
 
 // passed says how a request got through the protections, so that its

@@ -87,12 +87,16 @@ func TestProtectionsPostponeWithoutAnAttempt(t *testing.T) {
 			t.Parallel()
 			p := newPipeline()
 			protected(p, tt.gate())
+			p.deliver.Requests = make(chan struct{}, 1)
 			sub := p.subscribe(t, "a")
 			ev, id := p.fannedOut(t, sub)
 			now := p.clock.Now()
 			res, err := p.deliver.Handle(context.Background(), id)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(p.deliver.Requests) != 0 {
+				t.Error("the request slot is still taken")
 			}
 			if !res.Skipped || res.Postponed != tt.reason {
 				t.Fatalf("result = %+v, want postponed (%s)", res, tt.reason)

@@ -165,6 +165,7 @@ var coreModule = fx.Module("core",
 				Deliveries: store, Subscriptions: store, Sender: sender, Queue: queue, Clock: clock,
 				Breakers: p.Breakers, Limiter: p.Limiter, Semaphore: p.Semaphore, Protection: p.Protection,
 				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
+				Requests: make(chan struct{}, cfg.WorkerConcurrency),
 			}
 		},
 		newGuard,

@@ -97,6 +97,17 @@ func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
 }
 
 // workerModule runs fan-out and delivery consumers.
+// handlersFor is how many deliveries a worker handles at once when
+// concurrency of them may be between their claim and their endpoint's
+// answer (application.Deliver.Requests): a quarter more, to record
+// outcomes and to have the next deliveries read while the requests are
+// under way. Measured in alternating runs (2026-11-24, 13:40 UTC) against
+// handling only concurrency at once: W5 4,371 → 4,561 deliveries/s, W3
+// 6,321 → 6,627, W4 8,507 → 8,596.
+func handlersFor(concurrency int) int {
+	return concurrency + max(concurrency/4, 1)
+}
+
 var workerModule = fx.Module("worker",
 	fx.Provide(newWarmedDeliveries),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, queue ports.Queue,
@@ -132,7 +143,7 @@ var workerModule = fx.Module("worker",
 		}
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
-			Batch: 64, Block: time.Second, Concurrency: cfg.WorkerConcurrency, PerEntry: true, OnError: onErr,
+			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
 			Valid:       func(body string) bool { return domain.IsID(domain.DeliveryIDPrefix, body) },
 			OnMalformed: onMalformed(ports.DeliveryStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
