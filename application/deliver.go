@@ -60,7 +60,8 @@ type Deliver struct {
 	// runs while they do.
 	Requests chan struct{}
 
-	// waiters are this process's deliveries waiting for a slot.
+	// waiters are this process's deliveries waiting for one of their
+	// endpoint's concurrency slots (awaitSlot).
 	waiters slotWaiters
 }
 
@@ -307,7 +308,7 @@ func (uc *Deliver) slotWait() time.Duration {
 // is the report of the protect that decided.
 //
 // A delivery waits while it holds its claim, whose lease has leaseMargin to
-// spare, and its consumer's slot. Each retry asks the rate limit again, as
+// spare, its request slot (Requests) and its consumer's slot. Each retry asks the rate limit again, as
 // the postponed delivery's next claim would: a retry the semaphore refuses
 // still spends a request of the budget.
 func (uc *Deliver) awaitSlot(ctx context.Context, d domain.Delivery, sub domain.Subscription, degraded error) (
