@@ -317,6 +317,7 @@ func (uc *Deliver) awaitSlot(ctx context.Context, d domain.Delivery, sub domain.
 	wait := uc.slotWait()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+waiting:
 	for {
 		wake, ok := uc.waiters.add(sub.ID, sub.MaxInFlight)
 		if !ok {
@@ -326,7 +327,7 @@ func (uc *Deliver) awaitSlot(ctx context.Context, d domain.Delivery, sub domain.
 		case <-wake:
 		case <-deadline.C:
 			uc.waiters.leave(sub.ID, wake)
-			return uc.Clock.Now().Add(wait), domain.ReasonThrottled, passedAlone, degraded
+			break waiting
 		}
 		until, reason, pass, degraded = uc.protect(ctx, d, sub, uc.Clock.Now())
 		if reason != reasonNoSlot {

@@ -96,18 +96,19 @@ func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
 	})
 }
 
-// workerModule runs fan-out and delivery consumers.
 // handlersFor is how many deliveries a worker handles at once when
 // concurrency of them may be between their claim and their endpoint's
 // answer (application.Deliver.Requests): a quarter more, to record
 // outcomes and to have the next deliveries read while the requests are
 // under way. Measured in alternating runs (2026-11-24, 13:40 UTC) against
 // handling only concurrency at once: W5 4,371 → 4,561 deliveries/s, W3
-// 6,321 → 6,627, W4 8,507 → 8,596.
+// 6,321 → 6,627, W4 8,507 → 8,596. Requests itself is sized in
+// coreModule, where the Deliver use case is built.
 func handlersFor(concurrency int) int {
 	return concurrency + max(concurrency/4, 1)
 }
 
+// workerModule runs fan-out and delivery consumers.
 var workerModule = fx.Module("worker",
 	fx.Provide(newWarmedDeliveries),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, queue ports.Queue,
