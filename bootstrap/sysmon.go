@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +34,7 @@ const sysmonTraceMillis = 1<<31 - 1
 // nothing needs it, and starts over only when it had work to do (a
 // processor to retake from a long system call, a goroutine to preempt).
 // An idle process then costs 100 monitor wake-ups a second instead of
-// none. The runtime offers no other way to set this (golang/go#18236); it
+// almost none. The runtime offers no other way to set this (golang/go#18236); it
 // is read once, at start, so the setting needs a new process image.
 func SteadySysmon() {
 	env, changed := steadySysmonEnv(os.Environ())
@@ -62,7 +63,7 @@ func steadySysmonEnv(environ []string) ([]string, bool) {
 				return environ, false
 			}
 		}
-		out := append([]string(nil), environ...)
+		out := slices.Clone(environ)
 		if value == "" {
 			out[i] = "GODEBUG=" + setting
 		} else {
@@ -70,5 +71,5 @@ func steadySysmonEnv(environ []string) ([]string, bool) {
 		}
 		return out, true
 	}
-	return append(append([]string(nil), environ...), "GODEBUG="+setting), true
+	return append(slices.Clone(environ), "GODEBUG="+setting), true
 }
