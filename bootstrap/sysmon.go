@@ -34,8 +34,9 @@ const sysmonTraceMillis = 1<<31 - 1
 // nothing needs it, and starts over only when it had work to do (a
 // processor to retake from a long system call, a goroutine to preempt).
 // An idle process then costs 100 monitor wake-ups a second instead of
-// almost none. The runtime offers no other way to set this (golang/go#18236); it
-// is read once, at start, so the setting needs a new process image.
+// almost none. The runtime offers no other way to set this
+// (golang/go#18236), and reads GODEBUG once, at start, so the setting
+// needs a new process image.
 func SteadySysmon() {
 	env, changed := steadySysmonEnv(os.Environ())
 	if !changed {

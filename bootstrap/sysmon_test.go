@@ -26,7 +26,7 @@ func TestSteadySysmonEnv(t *testing.T) {
 		{"schedtrace already set", []string{"GODEBUG=schedtrace=0"}, []string{"GODEBUG=schedtrace=0"}, false},
 		{"schedtrace among others", []string{"GODEBUG=gctrace=1,schedtrace=1000"}, []string{"GODEBUG=gctrace=1,schedtrace=1000"}, false},
 		{"a longer key is not schedtrace", []string{"GODEBUG=xschedtrace=1"}, []string{"GODEBUG=xschedtrace=1," + steady}, true},
-		{"a key ending in =GODEBUG is not GODEBUG", []string{"NOTGODEBUG=schedtrace=0"}, []string{"NOTGODEBUG=schedtrace=0", "GODEBUG=" + steady}, true},
+		{"a variable whose name ends in GODEBUG is not GODEBUG", []string{"NOTGODEBUG=schedtrace=0"}, []string{"NOTGODEBUG=schedtrace=0", "GODEBUG=" + steady}, true},
 		{"the first GODEBUG counts, as for the runtime", []string{"GODEBUG=a=1", "GODEBUG=schedtrace=0"}, []string{"GODEBUG=a=1," + steady, "GODEBUG=schedtrace=0"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
