@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,9 @@ type deployment struct {
 	apps     []*fx.App // in start order
 	workers  []*workerProcess
 	inWorker bool
+	// selfPeakNote qualifies this process's peak RSS when it could not be
+	// started over for this deployment (see startDeployment).
+	selfPeakNote string
 }
 
 // workerProcess is a `dispatch worker` the tool started; exited is closed
@@ -73,6 +77,16 @@ type workerProcess struct {
 // starts every role; on error it undoes what it did.
 func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr io.Writer) (d *deployment, err error) {
 	d = &deployment{}
+	// This process's peak RSS is reported for this deployment's run alone:
+	// a bench runs every workload in one process, and the heap an earlier
+	// run grew (W3's 256 publishers, say) would otherwise be the peak of
+	// every run after it. The memory it freed goes back to the operating
+	// system first, so the peak starts from what is live now.
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := ResetPeakRSS(os.Getpid()); err != nil {
+		d.selfPeakNote = fmt.Sprintf("; peak since the process started, not since this run's (%v)", err)
+	}
 	defer func() {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -254,7 +268,7 @@ func (d *deployment) memory() []ProcessMemory {
 	}
 	self := ProcessMemory{
 		Name: "dispatch-load (" + roles + " in process)", PID: os.Getpid(),
-		Note: "also runs the load generator and the receiver",
+		Note: "also runs the load generator and the receiver" + d.selfPeakNote,
 	}
 	self.PeakRSSBytes, _ = PeakRSS(self.PID)
 	out := []ProcessMemory{self}
@@ -358,6 +372,12 @@ func BuildDispatch(ctx context.Context) (path string, remove func(), err error) 
 		return "", nil, fmt.Errorf("go build %s (run inside the repository, or pass --dispatch-bin): %v\n%s", DispatchPackage, err, out)
 	}
 	return path, remove, nil
+}
+
+// ResetPeakRSS starts the peak resident set size (VmHWM) of process pid
+// over from its resident set size now (Linux's clear_refs, "5").
+func ResetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 // PeakRSS returns the peak resident set size (VmHWM) of process pid.

@@ -2,6 +2,8 @@ package loadtest
 
 import (
 	"os"
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -164,5 +166,37 @@ func TestThousands(t *testing.T) {
 		if got := thousands(n); got != want {
 			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestResetPeakRSS grows this process by 64 MiB, frees it, and checks that
+// the peak starts over. Not parallel: other tests' allocations must not
+// raise the peak meanwhile.
+func TestResetPeakRSS(t *testing.T) {
+	const size = 64 << 20
+	grow := func() int64 {
+		b := make([]byte, size)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1 // touch every page so it is resident
+		}
+		peak, err := PeakRSS(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.KeepAlive(b)
+		return peak
+	}
+	grown := grow()
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := ResetPeakRSS(os.Getpid()); err != nil {
+		t.Fatalf("ResetPeakRSS: %v", err)
+	}
+	after, err := PeakRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after > grown-size/2 {
+		t.Errorf("peak RSS after the reset = %d MiB, want well below the %d MiB it reached with 64 MiB more", after>>20, grown>>20)
 	}
 }
