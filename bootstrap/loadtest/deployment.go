@@ -76,17 +76,7 @@ type workerProcess struct {
 // startDeployment creates the database and key prefix, migrates, and
 // starts every role; on error it undoes what it did.
 func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr io.Writer) (d *deployment, err error) {
-	d = &deployment{}
-	// This process's peak RSS is reported for this deployment's run alone:
-	// a bench runs every workload in one process, and the heap an earlier
-	// run grew (W3's 256 publishers, say) would otherwise be the peak of
-	// every run after it. The memory it freed goes back to the operating
-	// system first, so the peak starts from what is live now.
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := ResetPeakRSS(os.Getpid()); err != nil {
-		d.selfPeakNote = fmt.Sprintf("; peak since the process started, not since this run's (%v)", err)
-	}
+	d = &deployment{selfPeakNote: startPeakOver()}
 	defer func() {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -372,6 +362,20 @@ func BuildDispatch(ctx context.Context) (path string, remove func(), err error) 
 		return "", nil, fmt.Errorf("go build %s (run inside the repository, or pass --dispatch-bin): %v\n%s", DispatchPackage, err, out)
 	}
 	return path, remove, nil
+}
+
+// startPeakOver gives the memory this process freed back to the operating
+// system and starts its peak RSS over from what is live now, so that a run
+// reports its own peak: a bench runs every workload in one process, and the
+// heap an earlier run grew (W3's 256 publishers, say) would otherwise be the
+// peak of every run after it. It returns a note for the report when the
+// peak could not be started over.
+func startPeakOver() string {
+	debug.FreeOSMemory()
+	if err := ResetPeakRSS(os.Getpid()); err != nil {
+		return fmt.Sprintf("; peak since the process started, not since this run's (%v)", err)
+	}
+	return ""
 }
 
 // ResetPeakRSS starts the peak resident set size (VmHWM) of process pid
