@@ -62,7 +62,7 @@ type deployment struct {
 	workers  []*workerProcess
 	inWorker bool
 	// selfPeakNote qualifies this process's peak RSS when it could not be
-	// started over for this deployment (see startDeployment).
+	// started over for this deployment (see startPeakOver).
 	selfPeakNote string
 }
 
@@ -372,15 +372,15 @@ func BuildDispatch(ctx context.Context) (path string, remove func(), err error) 
 // peak could not be started over.
 func startPeakOver() string {
 	debug.FreeOSMemory()
-	if err := ResetPeakRSS(os.Getpid()); err != nil {
+	if err := resetPeakRSS(os.Getpid()); err != nil {
 		return fmt.Sprintf("; peak since the process started, not since this run's (%v)", err)
 	}
 	return ""
 }
 
-// ResetPeakRSS starts the peak resident set size (VmHWM) of process pid
+// resetPeakRSS starts the peak resident set size (VmHWM) of process pid
 // over from its resident set size now (Linux's clear_refs, "5").
-func ResetPeakRSS(pid int) error {
+func resetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 

@@ -173,19 +173,15 @@ func TestThousands(t *testing.T) {
 // not raise the peak meanwhile.
 func TestStartPeakOver(t *testing.T) {
 	const size = 64 << 20
-	grow := func() int64 {
-		b := make([]byte, size)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1 // touch every page so it is resident
-		}
-		peak, err := PeakRSS(os.Getpid())
-		if err != nil {
-			t.Fatal(err)
-		}
-		runtime.KeepAlive(b)
-		return peak
+	b := make([]byte, size)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1 // touch every page so it is resident
 	}
-	grown := grow()
+	grown, err := PeakRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.KeepAlive(b)
 	if note := startPeakOver(); note != "" {
 		t.Fatalf("startPeakOver: %s", note)
 	}
