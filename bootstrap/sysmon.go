@@ -28,8 +28,8 @@ const sysmonTraceMillis = 1<<31 - 1
 // and wake hundreds of times a second below saturation (each delivery
 // waits on PostgreSQL, Redis and an endpoint), so their monitors spend
 // most of their time in those short sleeps, each a timer and a thread
-// wake-up: on a virtual machine ~20–27 µs of CPU apiece (README,
-// Performance). With schedtrace set, sysmon never deep-sleeps, so it
+// wake-up: on a virtual machine ~20–27 µs of CPU apiece
+// (docs/performance.md). With schedtrace set, sysmon never deep-sleeps, so it
 // is never restarted at 20 µs: it backs off to its 10 ms ceiling while
 // nothing needs it, and starts over only when it had work to do (a
 // processor to retake from a long system call, a goroutine to preempt).

@@ -77,7 +77,7 @@ func (o SenderOptions) Validate() error {
 // reads its answer in the sending goroutine. net/http's transport hands
 // each request to a writer and a reader goroutine of its connection; on a
 // loaded machine those hand-offs cost more CPU than the exchange itself
-// (see the README's performance notes). Requests go out over HTTP/1.1
+// (see docs/performance.md). Requests go out over HTTP/1.1
 // with keep-alive.
 //
 // It is safe for concurrent use; CloseIdleConnections releases the kept
