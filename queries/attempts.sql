@@ -187,18 +187,24 @@ WITH outcome AS (
         updated_at = outcome.updated_at
     FROM outcome
     WHERE deliveries.id = outcome.id
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.ordering_key
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id,
+        deliveries.ordering_key, outcome.attempt, outcome.status_code,
+        outcome.response_body, outcome.error, outcome.duration,
+        outcome.attempt_created_at
 ), inserted AS (
+    -- The attempt comes along in updated's rows: joining updated to
+    -- outcome again would compare every row with every other (a nested
+    -- loop of two CTE scans, as the batch pool plans it), a cost that grew
+    -- with the square of the batch.
     INSERT INTO attempts (
         delivery_id, subscription_id, attempt, status_code, response_body,
         error, duration, created_at
     )
     SELECT
-        updated.id, updated.subscription_id, outcome.attempt,
-        NULLIF(outcome.status_code, 0), outcome.response_body, outcome.error,
-        outcome.duration, outcome.attempt_created_at
+        updated.id, updated.subscription_id, updated.attempt,
+        NULLIF(updated.status_code, 0), updated.response_body, updated.error,
+        updated.duration, updated.attempt_created_at
     FROM updated
-    JOIN outcome ON outcome.id = updated.id
 )
 -- inserted runs to completion though nothing reads it, as every
 -- data-modifying WITH query does, and inserts a row per updated row or

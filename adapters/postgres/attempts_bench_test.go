@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -103,4 +104,38 @@ func setUpAsyncBench(b *testing.B) (*postgres.Store, domain.Subscription) {
 		b.Fatal(err)
 	}
 	return store, sub
+}
+
+// BenchmarkRecordAttempts measures one RecordAttempts statement on the
+// worker's batch pool (generic plans, no hash or merge joins) recording a
+// batch of successes, the size of a group commit under load: per delivery,
+// the statement's cost should not grow with the batch.
+//
+//	go test -run '^$' -bench BenchmarkRecordAttempts -count 3 ./adapters/postgres/
+func BenchmarkRecordAttempts(b *testing.B) {
+	for _, rows := range []int{64, 512} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			pool, batch := pgtest.NewPools(b)
+			store := postgres.New(pool, postgres.BatchPool(batch))
+			now := time.Now()
+			sub := benchSubscription(now)
+			if err := store.CreateSubscription(b.Context(), sub); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				ds := readyDeliveries(b, store, sub, rows, now)
+				as := make([]domain.Attempt, len(ds))
+				for i := range ds {
+					ds[i].Attempts, ds[i].Status, ds[i].LastStatusCode, ds[i].UpdatedAt = 1, domain.DeliveryDelivered, 200, now
+					as[i] = domain.Attempt{DeliveryID: ds[i].ID, Number: 1, StatusCode: 200, ResponseBody: "ok", Duration: time.Millisecond, CreatedAt: now}
+				}
+				b.StartTimer()
+				if err := postgres.RecordAttemptsInOne(b.Context(), store, ds, as); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/delivery")
+		})
+	}
 }

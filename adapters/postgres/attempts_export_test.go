@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -23,4 +24,16 @@ func ClaimDeliveryAlone(ctx context.Context, s *Store, id string, now time.Time,
 
 func RecordAttemptAlone(ctx context.Context, s *Store, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	return s.recordAlone(ctx, d, a)
+}
+
+// RecordAttemptsInOne records every outcome in one RecordAttempts
+// statement, as a group commit of len(ds) calls does, for the benchmarks.
+func RecordAttemptsInOne(ctx context.Context, s *Store, ds []domain.Delivery, as []domain.Attempt) error {
+	batch := make([]*outcomeCall[attemptWrite], len(ds))
+	for i, d := range ds {
+		batch[i] = &outcomeCall[attemptWrite]{id: d.ID, params: newAttemptWrite(d, as[i])}
+	}
+	errs := make([]error, len(batch))
+	s.recordAttempts(ctx, batch, errs)
+	return errors.Join(errs...)
 }
