@@ -139,3 +139,33 @@ func BenchmarkRecordAttempts(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimDeliveries is BenchmarkRecordAttempts for the claim: one
+// ClaimDeliveries statement on the worker's batch pool leasing a batch of
+// due deliveries and reading their events and subscriptions.
+//
+//	go test -run '^$' -bench BenchmarkClaimDeliveries -count 3 ./adapters/postgres/
+func BenchmarkClaimDeliveries(b *testing.B) {
+	for _, rows := range []int{64, 512} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			pool, batch := pgtest.NewPools(b)
+			store := postgres.New(pool, postgres.BatchPool(batch))
+			now := time.Now()
+			sub := benchSubscription(now)
+			if err := store.CreateSubscription(b.Context(), sub); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				ds := readyDeliveries(b, store, sub, rows, now)
+				ids := make([]string, len(ds))
+				for i, d := range ds {
+					ids[i] = d.ID
+				}
+				if err := postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/delivery")
+		})
+	}
+}

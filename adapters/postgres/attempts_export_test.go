@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -35,5 +36,22 @@ func RecordAttemptsInOne(ctx context.Context, s *Store, ds []domain.Delivery, as
 	}
 	errs := make([]error, len(batch))
 	s.recordAttempts(ctx, batch, errs)
+	return errors.Join(errs...)
+}
+
+// ClaimDeliveriesInOne claims every delivery in one ClaimDeliveries
+// statement, as a group commit of len(ids) calls does, for the benchmarks.
+func ClaimDeliveriesInOne(ctx context.Context, s *Store, ids []string, now time.Time, leaseMargin time.Duration) error {
+	batch := make([]*claimCall, len(ids))
+	for i, id := range ids {
+		batch[i] = &claimCall{id: id, now: now, leaseMargin: leaseMargin}
+	}
+	errs := make([]error, len(batch))
+	s.claimDeliveries(ctx, batch, errs)
+	for _, c := range batch {
+		if c.claimed == nil {
+			errs = append(errs, fmt.Errorf("delivery %s not claimed", c.id))
+		}
+	}
 	return errors.Join(errs...)
 }
