@@ -113,31 +113,14 @@ func setUpAsyncBench(b *testing.B) (*postgres.Store, domain.Subscription) {
 //
 //	go test -run '^$' -bench BenchmarkRecordAttempts -count 3 ./adapters/postgres/
 func BenchmarkRecordAttempts(b *testing.B) {
-	for _, rows := range []int{64, 512} {
-		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			pool, batch := pgtest.NewPools(b)
-			store := postgres.New(pool, postgres.BatchPool(batch))
-			now := time.Now()
-			sub := benchSubscription(now)
-			if err := store.CreateSubscription(b.Context(), sub); err != nil {
-				b.Fatal(err)
-			}
-			for b.Loop() {
-				b.StopTimer()
-				ds := readyDeliveries(b, store, sub, rows, now)
-				as := make([]domain.Attempt, len(ds))
-				for i := range ds {
-					ds[i].Attempts, ds[i].Status, ds[i].LastStatusCode, ds[i].UpdatedAt = 1, domain.DeliveryDelivered, 200, now
-					as[i] = domain.Attempt{DeliveryID: ds[i].ID, Number: 1, StatusCode: 200, ResponseBody: "ok", Duration: time.Millisecond, CreatedAt: now}
-				}
-				b.StartTimer()
-				if err := postgres.RecordAttemptsInOne(b.Context(), store, ds, as); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/delivery")
-		})
-	}
+	benchBatchStatement(b, func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
+		as := make([]domain.Attempt, len(ds))
+		for i := range ds {
+			ds[i].Attempts, ds[i].Status, ds[i].LastStatusCode, ds[i].UpdatedAt = 1, domain.DeliveryDelivered, 200, now
+			as[i] = domain.Attempt{DeliveryID: ds[i].ID, Number: 1, StatusCode: 200, ResponseBody: "ok", Duration: time.Millisecond, CreatedAt: now}
+		}
+		return postgres.RecordAttemptsInOne(b.Context(), store, ds, as)
+	})
 }
 
 // BenchmarkClaimDeliveries is BenchmarkRecordAttempts for the claim: one
@@ -146,6 +129,19 @@ func BenchmarkRecordAttempts(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkClaimDeliveries -count 3 ./adapters/postgres/
 func BenchmarkClaimDeliveries(b *testing.B) {
+	benchBatchStatement(b, func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
+		ids := make([]string, len(ds))
+		for i, d := range ds {
+			ids[i] = d.ID
+		}
+		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute)
+	})
+}
+
+// benchBatchStatement times statement on batches of 64 and 512 due
+// deliveries, made anew for each run outside the timer, on a Store with the
+// worker's batch pool, and reports the time per delivery.
+func benchBatchStatement(b *testing.B, statement func(*postgres.Store, []domain.Delivery, time.Time) error) {
 	for _, rows := range []int{64, 512} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
 			pool, batch := pgtest.NewPools(b)
@@ -157,11 +153,7 @@ func BenchmarkClaimDeliveries(b *testing.B) {
 			}
 			for b.Loop() {
 				ds := readyDeliveries(b, store, sub, rows, now)
-				ids := make([]string, len(ds))
-				for i, d := range ds {
-					ids[i] = d.ID
-				}
-				if err := postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute); err != nil {
+				if err := statement(store, ds, now); err != nil {
 					b.Fatal(err)
 				}
 			}
