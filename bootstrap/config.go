@@ -28,7 +28,7 @@ const (
 	// batches (the claim's, the protection's) that fill as more deliveries
 	// wait in them: under load that way takes tens of milliseconds, and with
 	// 256 deliveries at once a worker could not keep both cores busy. In
-	// runs on 2026-11-24 at 21:20–21:40 UTC (docs/performance.md, *How many
+	// runs on 2026-11-24 at 20:54–21:04 UTC (docs/performance.md, *How many
 	// deliveries a worker holds*): W4 9,993–10,178 deliveries/s at 256 against
 	// 10,997–11,441 at 1,024; W3 with four workers 5,836 / 6,016 against
 	// 6,236 / 6,169; W3 with one worker kept pace with ingest instead of
