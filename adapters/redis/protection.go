@@ -21,11 +21,15 @@ var protectionAdmitLua string
 //go:embed protection_finish.lua
 var protectionFinishLua string
 
+//go:embed protection_admit_many.lua
+var protectionAdmitManyLua string
+
 // The Protection scripts run by EVALSHA, falling back to EVAL the first
 // time a server has not seen them.
 var (
-	protectionAdmit  = goredis.NewScript(protectionAdmitLua)
-	protectionFinish = goredis.NewScript(protectionFinishLua)
+	protectionAdmit     = goredis.NewScript(protectionAdmitLua)
+	protectionFinish    = goredis.NewScript(protectionFinishLua)
+	protectionAdmitMany = goredis.NewScript(protectionAdmitManyLua)
 )
 
 // ErrProtectionResting is what Protection answers, without asking Redis,
@@ -73,6 +77,14 @@ type ProtectionOptions struct {
 // running hundreds of deliveries at once pays a round trip per batch, not
 // per delivery. Each call still gets its own answer (see
 // protectionScript); the breaker's compare-and-set stays one call each.
+// The Admits of one batch to one subscription with the same limits go in
+// one run of protection_admit_many.lua, which reads and writes the
+// breaker, the rate limit and the lease set once for all of them: with
+// one subscription taking most of the traffic (W3), Redis spent 0.12
+// cores instead of 0.17 and the load test delivered 7,341–8,402
+// deliveries/s instead of 6,869–7,819 (three alternating pairs,
+// 2026-11-24 at 21:47 UTC); W4's fifty subscriptions share less
+// (Redis 0.24 → 0.20 cores, deliveries/s within noise).
 //
 // After a failed call it rests for RetryInterval (see ErrProtectionResting).
 // Safe for concurrent use.
@@ -106,7 +118,7 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Protection{
+	p := &Protection{
 		client:       client,
 		prefix:       prefix,
 		breakers:     NewBreakers(client, prefix),
@@ -114,13 +126,35 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, 0),
 		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
 	}
+	p.admitScript.shared = &sharedScript{script: protectionAdmitMany, call: admitManyCall}
+	return p
+}
+
+// admitManyCall is protection_admit_many.lua's KEYS and ARGV for Admit runs
+// of one group: the subscription's keys and limits, which the group shares
+// (see admitGroup), then each run's holder, lease and breaker flag.
+func admitManyCall(runs []scriptRun) ([]string, []any) {
+	first := runs[0].args
+	args := make([]any, 0, 4+3*len(runs))
+	args = append(args, first[0], first[1], first[2], first[4])
+	for _, r := range runs {
+		args = append(args, r.args[3], r.args[5], r.args[6])
+	}
+	return runs[0].keys, args
+}
+
+// admitGroup names the Admit runs protection_admit_many.lua may carry
+// together: those of one subscription (its breaker key) with the same
+// rate and slot limit.
+func admitGroup(breakerKey string, perSecond, maxInFlight int) string {
+	return breakerKey + " " + strconv.Itoa(perSecond) + " " + strconv.Itoa(maxInFlight)
 }
 
 // Warm loads the Admit and Finish scripts into Redis, so that a worker's
 // first deliveries after Redis restarted (or on a new server) do not each
 // pay a NOSCRIPT answer and a second round trip to send the script.
 func (p *Protection) Warm(ctx context.Context) error {
-	for _, script := range []*goredis.Script{protectionAdmit, protectionFinish} {
+	for _, script := range []*goredis.Script{protectionAdmit, protectionAdmitMany, protectionFinish} {
 		if err := script.Load(ctx, p.client).Err(); err != nil {
 			return fmt.Errorf("redis protection: load script: %w", err)
 		}
@@ -164,7 +198,8 @@ func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admi
 	keys := []string{breakerKey, rateKey, inflightKey}
 	ttlMS := (req.Lease + time.Millisecond - 1).Milliseconds()
 	args := []any{RateBurst(req.PerSecond), req.PerSecond, 1, req.Holder, req.MaxInFlight, ttlMS, "0"}
-	res, err := p.admitScript.run(ctx, keys, args)
+	group := admitGroup(breakerKey, req.PerSecond, req.MaxInFlight)
+	res, err := p.admitScript.run(ctx, scriptRun{keys: keys, args: args, group: group})
 	if err != nil {
 		return ports.Admitted{}, interpretError(err)
 	}
@@ -189,7 +224,7 @@ func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admi
 			return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: retryAt}, nil
 		}
 		args[len(args)-1] = "1"
-		if res, err = p.admitScript.run(ctx, keys, args); err != nil {
+		if res, err = p.admitScript.run(ctx, scriptRun{keys: keys, args: args, group: group}); err != nil {
 			return ports.Admitted{}, interpretError(err)
 		}
 	}
@@ -241,7 +276,7 @@ func (p *Protection) finish(ctx context.Context, subscriptionID, holder string, 
 	if success {
 		ok = "1"
 	}
-	res, err := p.finishScript.run(ctx, []string{inflightKey, breakerKey}, []any{holder, ok})
+	res, err := p.finishScript.run(ctx, scriptRun{keys: []string{inflightKey, breakerKey}, args: []any{holder, ok}})
 	if err != nil {
 		return domain.Breaker{}, interpretError(err)
 	}

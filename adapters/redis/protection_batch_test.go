@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,11 +77,12 @@ func (s *scriptTrips) runs(cmd goredis.Cmder) bool {
 	if len(args) < 2 {
 		return false
 	}
+	// Admit's runs may go in protection_admit_many.lua too.
 	switch strings.ToLower(cmd.Name()) {
 	case "evalsha":
-		return args[1] == s.script.Hash()
+		return args[1] == s.script.Hash() || s.script == protectionAdmit && args[1] == protectionAdmitMany.Hash()
 	case "eval":
-		return args[1] == protectionAdmitLua && s.script == protectionAdmit ||
+		return (args[1] == protectionAdmitLua || args[1] == protectionAdmitManyLua) && s.script == protectionAdmit ||
 			args[1] == protectionFinishLua && s.script == protectionFinish
 	}
 	return false
@@ -150,7 +153,7 @@ func TestProtectionBatchesConcurrentCalls(t *testing.T) {
 	ctx := t.Context()
 	cfg := domain.BreakerConfig{FailureThreshold: 5, OpenDuration: time.Minute, HalfOpenProbes: 1}
 	now := time.Now()
-	for _, s := range []*goredis.Script{protectionAdmit, protectionFinish, breakerSwap} {
+	for _, s := range []*goredis.Script{protectionAdmit, protectionAdmitMany, protectionFinish, breakerSwap} {
 		require.NoError(t, s.Load(ctx, client).Err())
 	}
 	breakers := NewBreakers(client, "")
@@ -360,4 +363,198 @@ func TestProtectionClusterClient(t *testing.T) {
 		}
 		assert.Less(t, trips.trips.Load(), int64(n/2), "concurrent Admits share round trips on a cluster client too")
 	})
+}
+
+// TestAdmitManyMatchesSingleRuns writes one batch of Admit runs, most of
+// them sharing protection_admit_many.lua calls, to one Redis, and the same
+// runs one by one through protection_admit.lua to another at the same
+// frozen instant: every run gets the same answer, and both Redis servers
+// end with the same rate-limit, lease and expiry state. The runs cover
+// each answer: admitted, refused by the rate limit, by a full semaphore,
+// a holder taking its slot again, and an open breaker, passed or not.
+func TestAdmitManyMatchesSingleRuns(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Truncate(time.Millisecond)
+	mrBatch, batched := redistest.Mini(t)
+	mrAlone, alone := redistest.Mini(t)
+	for _, mr := range []*miniredis.Miniredis{mrBatch, mrAlone} {
+		mr.SetTime(at)
+		mr.ClockTTL(true)
+	}
+	ctx := t.Context()
+	p := NewProtection(batched, "", ProtectionOptions{})
+	opened := encodeBreaker(domain.Breaker{Phase: domain.BreakerOpen, OpenUntil: at.Add(time.Minute)})
+	for _, c := range []goredis.UniversalClient{batched, alone} {
+		breaker, _, _ := p.keys("open")
+		require.NoError(t, c.Set(ctx, breaker, opened, 0).Err())
+	}
+
+	type admit struct {
+		sub              string
+		holder           string
+		perSecond, slots int
+		lease            time.Duration
+		passed           bool
+	}
+	admits := []admit{
+		{"a", "h1", 50, 3, time.Minute, false}, // a burst of 5 requests, 3 slots
+		{"b", "h1", 100, 1, time.Second, false},
+		{"a", "h2", 50, 3, 2 * time.Minute, false},
+		{"a", "h1", 50, 3, time.Minute, false},  // h1 again: its own slot
+		{"b", "h2", 100, 1, time.Second, false}, // b's one slot is h1's
+		{"a", "h3", 50, 3, time.Minute, false},  // a's last slot
+		{"open", "h1", 100, 5, time.Minute, false},
+		{"open", "h2", 100, 5, 3 * time.Minute, true}, // past the breaker in Go
+		{"c", "h1", 100, 2, time.Minute, false},       // a group of one
+		{"a", "h4", 50, 3, time.Minute, false},        // the 5th request: no slot left, or at the burst's edge
+		{"a", "h5", 60, 3, time.Minute, false},        // a's other limits: a group of its own
+		{"open", "h3", 100, 5, time.Minute, false},
+		{"a", "h6", 50, 3, time.Minute, false}, // the burst is spent
+		{"b", "h3", 100, 1, time.Second, false},
+	}
+	runs := make([]scriptRun, len(admits))
+	replies := make([][]any, len(admits))
+	for i, a := range admits {
+		breaker, rate, inflight := p.keys(a.sub)
+		passed := "0"
+		if a.passed {
+			passed = "1"
+		}
+		runs[i] = scriptRun{
+			keys:  []string{breaker, rate, inflight},
+			args:  []any{RateBurst(a.perSecond), a.perSecond, 1, a.holder, a.slots, a.lease.Milliseconds(), passed},
+			group: admitGroup(breaker, a.perSecond, a.slots),
+			reply: &replies[i],
+		}
+	}
+	calls := p.admitScript.calls(runs)
+	assert.Len(t, calls, 5, "a's, b's and open's runs share a call each; c's and a's other limits go alone")
+
+	trips := &scriptTrips{script: protectionAdmit}
+	batched.AddHook(trips)
+	errs := make([]error, len(runs))
+	p.admitScript.write(ctx, runs, errs)
+	assert.Equal(t, int64(2), trips.trips.Load(), "an EVALSHA pipeline, then an EVAL one (the scripts were never loaded)")
+
+	for i, r := range runs {
+		require.NoError(t, errs[i], "run %d", i)
+		want, err := protectionAdmit.Run(ctx, alone, r.keys, r.args...).Slice()
+		require.NoError(t, err, "run %d alone", i)
+		assert.Equal(t, want, replies[i], "run %d (%s %s)", i, admits[i].sub, admits[i].holder)
+	}
+	for _, i := range []int{0, 2, 3, 5, 7, 8} {
+		assert.Equal(t, []any{int64(1)}, replies[i], "run %d (%s %s) admitted", i, admits[i].sub, admits[i].holder)
+	}
+	assert.Equal(t, []any{int64(3)}, replies[4], "b's one slot is taken")
+	assert.Equal(t, []any{int64(0), opened}, replies[6], "the open breaker goes back to Go")
+	assert.Equal(t, int64(2), replies[12][0], "a's burst is spent")
+	for _, sub := range []string{"a", "b", "c", "open"} {
+		_, rate, inflight := p.keys(sub)
+		for _, key := range []string{rate, inflight} {
+			wantDump, err := dumpKey(ctx, alone, key)
+			require.NoError(t, err)
+			gotDump, err := dumpKey(ctx, batched, key)
+			require.NoError(t, err)
+			assert.Equal(t, wantDump, gotDump, "%s", key)
+		}
+	}
+}
+
+// dumpKey is a key's value (a string, or a sorted set's members with their
+// scores) and its time to live, for comparing two servers' state.
+func dumpKey(ctx context.Context, c goredis.UniversalClient, key string) (string, error) {
+	ttl, err := c.PTTL(ctx, key).Result()
+	if err != nil {
+		return "", err
+	}
+	kind, err := c.Type(ctx, key).Result()
+	if err != nil {
+		return "", err
+	}
+	switch kind {
+	case "string":
+		v, err := c.Get(ctx, key).Result()
+		return fmt.Sprintf("%s %v ttl %s", kind, v, ttl), err
+	case "zset":
+		v, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+		return fmt.Sprintf("%s %v ttl %s", kind, v, ttl), err
+	}
+	return fmt.Sprintf("%s ttl %s", kind, ttl), nil
+}
+
+// TestAdmitManyFailsOnlyItsGroup has a batch whose shared call for one
+// subscription fails as a whole (its lease key holds a string, so ZADD is
+// refused): each of that group's runs gets the error, and the runs of the
+// other subscription, sharing the same pipeline, are admitted.
+func TestAdmitManyFailsOnlyItsGroup(t *testing.T) {
+	t.Parallel()
+	_, client := redistest.Mini(t)
+	ctx := t.Context()
+	p := NewProtection(client, "", ProtectionOptions{})
+	_, _, broken := p.keys("broken")
+	require.NoError(t, client.Set(ctx, broken, "not a sorted set", 0).Err())
+
+	var runs []scriptRun
+	replies := make([][]any, 4)
+	for i, sub := range []string{"broken", "ok", "broken", "ok"} {
+		breaker, rate, inflight := p.keys(sub)
+		runs = append(runs, scriptRun{
+			keys:  []string{breaker, rate, inflight},
+			args:  []any{RateBurst(100), 100, 1, fmt.Sprint("h", i), 10, 60000, "0"},
+			group: admitGroup(breaker, 100, 10),
+			reply: &replies[i],
+		})
+	}
+	errs := make([]error, len(runs))
+	p.admitScript.write(ctx, runs, errs)
+	for _, i := range []int{0, 2} {
+		assert.ErrorContains(t, errs[i], "WRONGTYPE", "run %d of the broken group", i)
+	}
+	for _, i := range []int{1, 3} {
+		require.NoError(t, errs[i], "run %d", i)
+		assert.Equal(t, []any{int64(1)}, replies[i], "run %d admitted", i)
+	}
+}
+
+// TestAnswerSharedReplies drives how a shared call's reply is handed to
+// its runs, including the replies no script of ours gives: a part that is
+// an error fails its run alone, and a reply of the wrong length or a part
+// that is not a reply fails the runs it cannot be matched to.
+func TestAnswerSharedReplies(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	call := scriptCall{runs: []int{0, 1, 2}}
+	newRuns := func() ([]scriptRun, [][]any, []error) {
+		replies := make([][]any, 3)
+		runs := make([]scriptRun, 3)
+		for i := range runs {
+			runs[i].reply = &replies[i]
+		}
+		return runs, replies, make([]error, 3)
+	}
+
+	cmd := goredis.NewCmd(ctx)
+	cmd.SetVal([]any{[]any{int64(1)}, goredis.Nil, "x"})
+	runs, replies, errs := newRuns()
+	answer(call, cmd, runs, errs)
+	require.NoError(t, errs[0])
+	assert.Equal(t, []any{int64(1)}, replies[0])
+	assert.ErrorIs(t, errs[1], goredis.Nil, "a part that is an error fails its run")
+	assert.ErrorContains(t, errs[2], "shared script answered x for run 2")
+
+	cmd = goredis.NewCmd(ctx)
+	cmd.SetVal([]any{[]any{int64(1)}})
+	runs, _, errs = newRuns()
+	answer(call, cmd, runs, errs)
+	for i := range errs {
+		assert.ErrorContains(t, errs[i], "shared script answered 1 replies for 3 runs", "run %d", i)
+	}
+
+	cmd = goredis.NewCmd(ctx)
+	cmd.SetErr(errors.New("connection reset"))
+	runs, _, errs = newRuns()
+	answer(call, cmd, runs, errs)
+	for i := range errs {
+		assert.ErrorContains(t, errs[i], "connection reset", "run %d", i)
+	}
 }
