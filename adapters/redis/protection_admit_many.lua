@@ -16,8 +16,10 @@ local t = redis.call('TIME')
 local breaker = redis.call('GET', KEYS[1])
 local closed = not breaker or string.sub(breaker, 1, 2) == 'c:'
 
--- The rate limit, as in protection_admit.lua, with the arrival time kept
--- here between requests and stored once at the end.
+-- The rate limit, as in protection_admit.lua (a script cannot call
+-- another, so the arithmetic is repeated; TestAdmitManyMatchesSingleRuns
+-- keeps the two in step), with the arrival time kept here between
+-- requests and stored once at the end.
 local burst = ARGV[1]
 local rate = ARGV[2]
 local period = ARGV[3]
