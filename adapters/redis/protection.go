@@ -21,15 +21,11 @@ var protectionAdmitLua string
 //go:embed protection_finish.lua
 var protectionFinishLua string
 
-//go:embed protection_admit_many.lua
-var protectionAdmitManyLua string
-
 // The Protection scripts run by EVALSHA, falling back to EVAL the first
 // time a server has not seen them.
 var (
-	protectionAdmit     = goredis.NewScript(protectionAdmitLua)
-	protectionFinish    = goredis.NewScript(protectionFinishLua)
-	protectionAdmitMany = goredis.NewScript(protectionAdmitManyLua)
+	protectionAdmit  = goredis.NewScript(protectionAdmitLua)
+	protectionFinish = goredis.NewScript(protectionFinishLua)
 )
 
 // ErrProtectionResting is what Protection answers, without asking Redis,
@@ -78,13 +74,13 @@ type ProtectionOptions struct {
 // per delivery. Each call still gets its own answer (see
 // protectionScript); the breaker's compare-and-set stays one call each.
 // The Admits of one batch to one subscription with the same limits go in
-// one run of protection_admit_many.lua, which reads and writes the
-// breaker, the rate limit and the lease set once for all of them: with
-// one subscription taking most of the traffic (W3), Redis spent 0.12
-// cores instead of 0.17 and the load test delivered 7,341–8,402
-// deliveries/s instead of 6,869–7,819 (three alternating pairs,
-// 2026-11-24 at 21:47 UTC); W4's fifty subscriptions share less
-// (Redis 0.24 → 0.20 cores, deliveries/s within noise).
+// one call of protection_admit.lua, which reads and writes the breaker,
+// the rate limit and the lease set once for all of them: with one
+// subscription taking most of the traffic (W3), Redis spent 0.12 cores
+// instead of 0.17 and the load test delivered 7,341–8,402 deliveries/s
+// instead of 6,869–7,819 (three alternating pairs, 2026-11-24 at 21:47
+// UTC); W4's fifty subscriptions share less (Redis 0.24 → 0.20 cores,
+// deliveries/s within noise).
 //
 // After a failed call it rests for RetryInterval (see ErrProtectionResting).
 // Safe for concurrent use.
@@ -126,14 +122,15 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, 0),
 		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
 	}
-	p.admitScript.shared = &sharedScript{script: protectionAdmitMany, call: admitManyCall}
+	p.admitScript.combine = admitCall
 	return p
 }
 
-// admitManyCall is protection_admit_many.lua's KEYS and ARGV for Admit runs
-// of one group: the subscription's keys and limits, which the group shares
-// (see admitGroup), then each run's holder, lease and breaker flag.
-func admitManyCall(runs []scriptRun) ([]string, []any) {
+// admitCall is protection_admit.lua's KEYS and ARGV for Admit runs of one
+// group: the subscription's keys and limits, which the group shares (see
+// admitGroup), then each run's holder, lease and breaker flag. A run's own
+// args are {burst, rate, period, holder, slot limit, lease ms, passed}.
+func admitCall(runs []scriptRun) ([]string, []any) {
 	first := runs[0].args
 	args := make([]any, 0, 4+3*len(runs))
 	args = append(args, first[0], first[1], first[2], first[4])
@@ -143,9 +140,9 @@ func admitManyCall(runs []scriptRun) ([]string, []any) {
 	return runs[0].keys, args
 }
 
-// admitGroup names the Admit runs protection_admit_many.lua may carry
-// together: those of one subscription (its breaker key) with the same
-// rate and slot limit.
+// admitGroup names the Admit runs one call of protection_admit.lua may
+// carry together: those of one subscription (its breaker key) with the
+// same rate and slot limit.
 func admitGroup(breakerKey string, perSecond, maxInFlight int) string {
 	return breakerKey + " " + strconv.Itoa(perSecond) + " " + strconv.Itoa(maxInFlight)
 }
@@ -154,7 +151,7 @@ func admitGroup(breakerKey string, perSecond, maxInFlight int) string {
 // first deliveries after Redis restarted (or on a new server) do not each
 // pay a NOSCRIPT answer and a second round trip to send the script.
 func (p *Protection) Warm(ctx context.Context) error {
-	for _, script := range []*goredis.Script{protectionAdmit, protectionAdmitMany, protectionFinish} {
+	for _, script := range []*goredis.Script{protectionAdmit, protectionFinish} {
 		if err := script.Load(ctx, p.client).Err(); err != nil {
 			return fmt.Errorf("redis protection: load script: %w", err)
 		}

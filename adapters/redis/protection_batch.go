@@ -50,10 +50,10 @@ const (
 // batch of one is a plain Script.Run: no pipeline to pay for when there is
 // nothing to share.
 //
-// With a sharedScript the runs of one group go in one call of it, placed
-// where the group's first run was: runs of different groups then run in
-// another order than they arrived, which concurrent calls never promised
-// one another.
+// A script that takes several runs (combine) carries a batch's runs of one
+// group in one call, placed where the group's first run was: runs of
+// different groups then run in another order than they arrived, which
+// concurrent calls never promised one another.
 //
 // On Redis Cluster (and Ring) go-redis splits a pipeline per node by each
 // command's first key, which for EVALSHA and EVAL is the first of KEYS
@@ -66,28 +66,20 @@ type protectionScript struct {
 	timeout time.Duration
 	// batcher is nil when calls are not batched (ProtectionOptions.Unbatched).
 	batcher *groupcommit.Batcher[scriptRun]
-	// shared, when set, runs a batch's runs of one group in one call.
-	shared *sharedScript
-}
-
-// sharedScript is a script that does the work of several runs of a
-// protectionScript's script in one call, for runs that share a group (one
-// subscription with the same limits): it reads and writes their common keys
-// once instead of once per run. Its reply is one reply per run, each the
-// single script's.
-type sharedScript struct {
-	script *goredis.Script
-	// call returns the shared script's KEYS and ARGV for runs, which are
-	// of one group, in order.
-	call func(runs []scriptRun) (keys []string, args []any)
+	// combine, when set, says the script takes several runs of one group
+	// (one subscription with the same limits) in one call and answers one
+	// reply per run: it returns the call's KEYS and ARGV for runs, in
+	// order. Without it every run is a call of its own.
+	combine func(runs []scriptRun) (keys []string, args []any)
 }
 
 // scriptRun is one call's run of the script in a batch.
 type scriptRun struct {
 	keys []string
 	args []any
-	// group, when not empty, names the runs a sharedScript may carry
-	// together; runs of one group must have the same keys.
+	// group, with combine, names the runs one call may carry together;
+	// runs of one group must have the same keys. A run without one goes
+	// alone.
 	group string
 	// reply receives the script's answer when the run succeeded; the
 	// caller reads it once Commit has returned nil.
@@ -114,73 +106,69 @@ func newProtectionScript(client goredis.UniversalClient, script *goredis.Script,
 // run (as with any call whose answer is lost). Errors are go-redis's, for
 // the caller to interpret.
 func (s *protectionScript) run(ctx context.Context, r scriptRun) ([]any, error) {
-	if s.batcher == nil {
-		return s.script.Run(ctx, s.client, r.keys, r.args...).Slice()
-	}
 	var reply []any
 	r.reply = &reply
+	if s.batcher == nil {
+		errs := make([]error, 1)
+		s.write(ctx, []scriptRun{r}, errs)
+		return reply, errs[0]
+	}
 	if err := s.batcher.Commit(ctx, r); err != nil {
 		return nil, err
 	}
 	return reply, nil
 }
 
-// scriptCall is one command of a batch's pipeline: a run of the script, or
-// a run of the shared script for the runs of one group.
+// scriptCall is one call of the script in a batch's pipeline.
 type scriptCall struct {
-	script *goredis.Script
-	keys   []string
-	args   []any
+	keys []string
+	args []any
 	// runs are the indexes, in the batch, of the runs the call carries.
 	runs []int
 }
 
-// calls plans the batch's pipeline: one call per run, except that with a
-// shared script the runs of a group go in one call (in their order), placed
-// where the group's first run was.
+// calls plans the batch's pipeline: a call per run, or, with combine, a
+// call per group, carrying its runs in order, placed where its first run
+// was.
 func (s *protectionScript) calls(runs []scriptRun) []scriptCall {
 	calls := make([]scriptCall, 0, len(runs))
 	var groups map[string]int // group → its call
 	for i, r := range runs {
-		if s.shared == nil || r.group == "" {
-			calls = append(calls, scriptCall{script: s.script, keys: r.keys, args: r.args, runs: []int{i}})
-			continue
+		if s.combine != nil && r.group != "" {
+			if c, ok := groups[r.group]; ok {
+				calls[c].runs = append(calls[c].runs, i)
+				continue
+			}
+			if groups == nil {
+				groups = map[string]int{}
+			}
+			groups[r.group] = len(calls)
 		}
-		if groups == nil {
-			groups = map[string]int{}
-		}
-		if c, ok := groups[r.group]; ok {
-			calls[c].runs = append(calls[c].runs, i)
-			continue
-		}
-		groups[r.group] = len(calls)
-		calls = append(calls, scriptCall{script: s.script, keys: r.keys, args: r.args, runs: []int{i}})
+		calls = append(calls, scriptCall{keys: r.keys, args: r.args, runs: []int{i}})
 	}
-	for c := range calls {
-		if len(calls[c].runs) < 2 {
-			continue
+	if s.combine != nil {
+		for c := range calls {
+			group := make([]scriptRun, len(calls[c].runs))
+			for j, i := range calls[c].runs {
+				group[j] = runs[i]
+			}
+			calls[c].keys, calls[c].args = s.combine(group)
 		}
-		group := make([]scriptRun, len(calls[c].runs))
-		for j, i := range calls[c].runs {
-			group[j] = runs[i]
-		}
-		calls[c].script = s.shared.script
-		calls[c].keys, calls[c].args = s.shared.call(group)
 	}
 	return calls
 }
 
-// answer hands a call's reply, or its error, to the runs it carried: a
-// shared call's reply holds one reply per run, in order, and a run whose
-// part failed gets that error alone.
-func answer(c scriptCall, cmd *goredis.Cmd, runs []scriptRun, errs []error) {
+// answer hands a call's reply, or its error, to the runs it carried. With
+// combine the reply holds one reply per run, in order, and a run whose part
+// is an error gets that error alone.
+func (s *protectionScript) answer(c scriptCall, cmd *goredis.Cmd, runs []scriptRun, errs []error) {
 	reply, err := cmd.Slice()
-	if len(c.runs) == 1 {
+	if s.combine == nil {
 		*runs[c.runs[0]].reply, errs[c.runs[0]] = reply, err
 		return
 	}
 	if err == nil && len(reply) != len(c.runs) {
-		err = fmt.Errorf("shared script answered %d replies for %d runs", len(reply), len(c.runs))
+		err = fmt.Errorf("script answered %d replies for %d runs", len(reply), len(c.runs))
 	}
 	for j, i := range c.runs {
 		if err != nil {
@@ -193,7 +181,7 @@ func answer(c scriptCall, cmd *goredis.Cmd, runs []scriptRun, errs []error) {
 		case error:
 			errs[i] = part
 		default:
-			errs[i] = fmt.Errorf("shared script answered %v for run %d", part, j)
+			errs[i] = fmt.Errorf("script answered %v for run %d", part, j)
 		}
 	}
 }
@@ -205,17 +193,17 @@ func answer(c scriptCall, cmd *goredis.Cmd, runs []scriptRun, errs []error) {
 func (s *protectionScript) write(ctx context.Context, runs []scriptRun, errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if len(runs) == 1 {
-		*runs[0].reply, errs[0] = s.script.Run(ctx, s.client, runs[0].keys, runs[0].args...).Slice()
+	calls := s.calls(runs)
+	if len(calls) == 1 {
+		s.answer(calls[0], s.script.Run(ctx, s.client, calls[0].keys, calls[0].args...), runs, errs)
 		return
 	}
-	calls := s.calls(runs)
 	cmds := make([]*goredis.Cmd, len(calls))
 	// Exec's error is the first failed command's; each command carries its
 	// own, read below.
 	_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			cmds[i] = s.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 		return nil
 	})
@@ -225,18 +213,18 @@ func (s *protectionScript) write(ctx context.Context, runs []scriptRun, errs []e
 			unknown = append(unknown, i)
 			continue
 		}
-		answer(calls[i], cmd, runs, errs)
+		s.answer(calls[i], cmd, runs, errs)
 	}
 	if len(unknown) == 0 {
 		return
 	}
 	_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for _, i := range unknown {
-			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+			cmds[i] = s.script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		return nil
 	})
 	for _, i := range unknown {
-		answer(calls[i], cmds[i], runs, errs)
+		s.answer(calls[i], cmds[i], runs, errs)
 	}
 }

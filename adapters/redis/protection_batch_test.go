@@ -50,7 +50,7 @@ func (s *scriptTrips) DialHook(next goredis.DialHook) goredis.DialHook { return 
 func (s *scriptTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if s.runs(cmd) {
-			s.trip(1)
+			s.trip(runsIn(cmd))
 		}
 		return next(ctx, cmd)
 	}
@@ -61,7 +61,7 @@ func (s *scriptTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 		n := 0
 		for _, cmd := range cmds {
 			if s.runs(cmd) {
-				n++
+				n += runsIn(cmd)
 			}
 		}
 		if n > 0 {
@@ -77,15 +77,25 @@ func (s *scriptTrips) runs(cmd goredis.Cmder) bool {
 	if len(args) < 2 {
 		return false
 	}
-	// Admit's runs may go in protection_admit_many.lua too.
 	switch strings.ToLower(cmd.Name()) {
 	case "evalsha":
-		return args[1] == s.script.Hash() || s.script == protectionAdmit && args[1] == protectionAdmitMany.Hash()
+		return args[1] == s.script.Hash()
 	case "eval":
-		return (args[1] == protectionAdmitLua || args[1] == protectionAdmitManyLua) && s.script == protectionAdmit ||
+		return args[1] == protectionAdmitLua && s.script == protectionAdmit ||
 			args[1] == protectionFinishLua && s.script == protectionFinish
 	}
 	return false
+}
+
+// runsIn is how many calls' runs a command of the scripts carries: an
+// admission call carries its group's, the others one each.
+func runsIn(cmd goredis.Cmder) int {
+	args := cmd.Args()
+	if args[1] != protectionAdmit.Hash() && args[1] != protectionAdmitLua {
+		return 1
+	}
+	numKeys, _ := args[2].(int)
+	return (len(args) - 3 - numKeys - 4) / 3
 }
 
 // trip counts a round trip carrying n runs, and holds it at the gate if
@@ -153,7 +163,7 @@ func TestProtectionBatchesConcurrentCalls(t *testing.T) {
 	ctx := t.Context()
 	cfg := domain.BreakerConfig{FailureThreshold: 5, OpenDuration: time.Minute, HalfOpenProbes: 1}
 	now := time.Now()
-	for _, s := range []*goredis.Script{protectionAdmit, protectionAdmitMany, protectionFinish, breakerSwap} {
+	for _, s := range []*goredis.Script{protectionAdmit, protectionFinish, breakerSwap} {
 		require.NoError(t, s.Load(ctx, client).Err())
 	}
 	breakers := NewBreakers(client, "")
@@ -366,12 +376,12 @@ func TestProtectionClusterClient(t *testing.T) {
 }
 
 // TestAdmitManyMatchesSingleRuns writes one batch of Admit runs, most of
-// them sharing protection_admit_many.lua calls, to one Redis, and the same
-// runs one by one through protection_admit.lua to another at the same
-// frozen instant: every run gets the same answer, and both Redis servers
-// end with the same rate-limit, lease and expiry state. The runs cover
-// each answer: admitted, refused by the rate limit, by a full semaphore,
-// a holder taking its slot again, and an open breaker, passed or not.
+// them sharing calls of protection_admit.lua, to one Redis, and the same
+// runs one by one, a call each, to another at the same frozen instant:
+// every run gets the same answer, and both Redis servers end with the same
+// rate-limit, lease and expiry state. The runs cover each answer:
+// admitted, refused by the rate limit, by a full semaphore, a holder
+// taking its slot again, and an open breaker, passed or not.
 func TestAdmitManyMatchesSingleRuns(t *testing.T) {
 	t.Parallel()
 	at := time.Now().Truncate(time.Millisecond)
@@ -382,7 +392,7 @@ func TestAdmitManyMatchesSingleRuns(t *testing.T) {
 		mr.ClockTTL(true)
 	}
 	ctx := t.Context()
-	p := NewProtection(batched, "", ProtectionOptions{})
+	p, pAlone := NewProtection(batched, "", ProtectionOptions{}), NewProtection(alone, "", ProtectionOptions{})
 	opened := encodeBreaker(domain.Breaker{Phase: domain.BreakerOpen, OpenUntil: at.Add(time.Minute)})
 	for _, c := range []goredis.UniversalClient{batched, alone} {
 		breaker, _, _ := p.keys("open")
@@ -434,12 +444,15 @@ func TestAdmitManyMatchesSingleRuns(t *testing.T) {
 	batched.AddHook(trips)
 	errs := make([]error, len(runs))
 	p.admitScript.write(ctx, runs, errs)
-	assert.Equal(t, int64(2), trips.trips.Load(), "an EVALSHA pipeline, then an EVAL one (the scripts were never loaded)")
+	assert.Equal(t, int64(2), trips.trips.Load(), "an EVALSHA pipeline, then an EVAL one (the script was never loaded)")
 
 	for i, r := range runs {
 		require.NoError(t, errs[i], "run %d", i)
-		want, err := protectionAdmit.Run(ctx, alone, r.keys, r.args...).Slice()
-		require.NoError(t, err, "run %d alone", i)
+		var want []any
+		r.reply = &want
+		aloneErrs := make([]error, 1)
+		pAlone.admitScript.write(ctx, []scriptRun{r}, aloneErrs)
+		require.NoError(t, aloneErrs[0], "run %d alone", i)
 		assert.Equal(t, want, replies[i], "run %d (%s %s)", i, admits[i].sub, admits[i].holder)
 	}
 	for _, i := range []int{0, 2, 3, 5, 7, 8} {
@@ -516,13 +529,14 @@ func TestAdmitManyFailsOnlyItsGroup(t *testing.T) {
 	}
 }
 
-// TestAnswerSharedReplies drives how a shared call's reply is handed to
-// its runs, including the replies no script of ours gives: a part that is
-// an error fails its run alone, and a reply of the wrong length or a part
-// that is not a reply fails the runs it cannot be matched to.
+// TestAnswerSharedReplies drives how a combined call's reply is handed to
+// its runs, including the replies protection_admit.lua never gives: a part
+// that is an error fails its run alone, and a reply of the wrong length or
+// a part that is not a reply fails the runs it cannot be matched to.
 func TestAnswerSharedReplies(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
+	s := &protectionScript{combine: admitCall}
 	call := scriptCall{runs: []int{0, 1, 2}}
 	newRuns := func() ([]scriptRun, [][]any, []error) {
 		replies := make([][]any, 3)
@@ -536,24 +550,24 @@ func TestAnswerSharedReplies(t *testing.T) {
 	cmd := goredis.NewCmd(ctx)
 	cmd.SetVal([]any{[]any{int64(1)}, goredis.Nil, "x"})
 	runs, replies, errs := newRuns()
-	answer(call, cmd, runs, errs)
+	s.answer(call, cmd, runs, errs)
 	require.NoError(t, errs[0])
 	assert.Equal(t, []any{int64(1)}, replies[0])
 	assert.ErrorIs(t, errs[1], goredis.Nil, "a part that is an error fails its run")
-	assert.ErrorContains(t, errs[2], "shared script answered x for run 2")
+	assert.ErrorContains(t, errs[2], "script answered x for run 2")
 
 	cmd = goredis.NewCmd(ctx)
 	cmd.SetVal([]any{[]any{int64(1)}})
 	runs, _, errs = newRuns()
-	answer(call, cmd, runs, errs)
+	s.answer(call, cmd, runs, errs)
 	for i := range errs {
-		assert.ErrorContains(t, errs[i], "shared script answered 1 replies for 3 runs", "run %d", i)
+		assert.ErrorContains(t, errs[i], "script answered 1 replies for 3 runs", "run %d", i)
 	}
 
 	cmd = goredis.NewCmd(ctx)
 	cmd.SetErr(errors.New("connection reset"))
 	runs, _, errs = newRuns()
-	answer(call, cmd, runs, errs)
+	s.answer(call, cmd, runs, errs)
 	for i := range errs {
 		assert.ErrorContains(t, errs[i], "connection reset", "run %d", i)
 	}
