@@ -47,8 +47,8 @@ const (
 // that has not seen the script answers NOSCRIPT without running it, and
 // those calls are sent again as EVAL (which also caches the script for the
 // next EVALSHA), Script.Run's fallback for a whole pipeline at once. A
-// batch of one is a plain Script.Run: no pipeline to pay for when there is
-// nothing to share.
+// batch that makes one call is a plain Script.Run: no pipeline to pay for
+// when there is nothing to share.
 //
 // A script that takes several runs (combine) carries a batch's runs of one
 // group in one call, placed where the group's first run was: runs of
