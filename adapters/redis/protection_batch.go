@@ -132,8 +132,13 @@ type scriptCall struct {
 // was.
 func (s *protectionScript) calls(runs []scriptRun) []scriptCall {
 	calls := make([]scriptCall, 0, len(runs))
+	// Each call's runs start as one element of idx, capped so that a
+	// group's append copies rather than overwrite the next: one
+	// allocation per batch, not per run.
+	idx := make([]int, len(runs))
 	var groups map[string]int // group → its call
 	for i, r := range runs {
+		idx[i] = i
 		if s.combine != nil && r.group != "" {
 			if c, ok := groups[r.group]; ok {
 				calls[c].runs = append(calls[c].runs, i)
@@ -144,7 +149,7 @@ func (s *protectionScript) calls(runs []scriptRun) []scriptCall {
 			}
 			groups[r.group] = len(calls)
 		}
-		calls = append(calls, scriptCall{keys: r.keys, args: r.args, runs: []int{i}})
+		calls = append(calls, scriptCall{keys: r.keys, args: r.args, runs: idx[i : i+1 : i+1]})
 	}
 	if s.combine != nil {
 		for c := range calls {
