@@ -37,15 +37,25 @@ func (q *Queue) publisher(key string) *groupcommit.Batcher[[]string] {
 // call, in call order, as XADDs to key in one pipeline. Each XADD has its
 // own reply, so a call fails only if one of its own entries was not
 // appended; a broken connection fails every call.
+//
+// The pipeline is a transaction (MULTI … EXEC), so that readers blocked on
+// the stream see the batch whole. Redis serves blocked readers after each
+// command it runs; a plain pipeline's first XADD would wake one reader
+// with one entry, the second the next reader with the next, and so on, so
+// that with several consumers, or one that has just caught up, a batch of
+// entries was read in reads of one, each then claimed, admitted and
+// recorded in a batch of its own. After EXEC the first blocked reader
+// takes the whole batch in one read.
 func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]string, errs []error) {
 	if len(calls) == 1 && len(calls[0]) == 1 {
 		errs[0] = interpretError(q.client.XAdd(ctx, q.xaddArgs(key, calls[0][0])).Err())
 		return
 	}
 	cmds := make([][]*goredis.StringCmd, len(calls))
-	// Pipelined's own error is the first command's failure; each command
-	// carries its own, read below.
-	_, _ = q.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	// TxPipelined's own error is the first command's failure; each command
+	// carries its own, read below (EXEC runs every queued command, whatever
+	// one of them replies).
+	_, _ = q.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, bodies := range calls {
 			cmds[i] = make([]*goredis.StringCmd, len(bodies))
 			for j, body := range bodies {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,4 +241,60 @@ func readAllBodies(t *testing.T, q *Queue, n int) []string {
 		}
 	}
 	return got
+}
+
+// TestBlockedReaderTakesAPublishWhole checks that a reader blocked on the
+// stream gets every entry of one pipeline in a single read. Redis serves
+// blocked readers after each command it runs, so a plain pipeline of
+// XADDs would hand the reader its first entry alone.
+func TestBlockedReaderTakesAPublishWhole(t *testing.T) {
+	t.Parallel()
+	name := "dispatch-test-reader-" + strings.ReplaceAll(t.Name(), "/", "-")
+	opts, err := goredis.ParseURL(redistest.URL())
+	require.NoError(t, err)
+	opts.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
+		return cn.ClientSetName(ctx, name).Err()
+	}
+	readerClient := goredis.NewClient(opts)
+	t.Cleanup(func() { _ = readerClient.Close() })
+	qopts := DefaultQueueOptions()
+	qopts.Prefix = redistest.Prefix(t)
+	qopts.BlockSlice = waitFor
+	reader := newTestQueue(t, readerClient, qopts)
+	publisher := newTestQueue(t, redistest.Client(t), qopts)
+
+	// The group exists before the read, which then blocks at once.
+	_, err = reader.Read(t.Context(), ports.DeliveryStream, "workers", "w", 1, 0)
+	require.NoError(t, err)
+	read := make(chan []ports.Message, 1)
+	go func() {
+		msgs, err := reader.Read(t.Context(), ports.DeliveryStream, "workers", "w", 100, waitFor)
+		assert.NoError(t, err)
+		read <- msgs
+	}()
+	admin := redistest.Client(t)
+	require.Eventually(t, func() bool {
+		clients, err := admin.ClientList(t.Context()).Result()
+		if err != nil {
+			return false
+		}
+		for line := range strings.Lines(clients) {
+			if strings.Contains(line, " name="+name+" ") && strings.Contains(line, " cmd=xreadgroup") && strings.Contains(line, " flags=b ") {
+				return true
+			}
+		}
+		return false
+	}, waitFor, time.Millisecond, "the reader to block on the stream")
+
+	require.NoError(t, publisher.Publish(t.Context(), ports.DeliveryStream, "a", "b", "c"))
+	select {
+	case msgs := <-read:
+		bodies := make([]string, len(msgs))
+		for i, m := range msgs {
+			bodies[i] = m.Body
+		}
+		assert.Equal(t, []string{"a", "b", "c"}, bodies, "one read takes the whole publish")
+	case <-time.After(waitFor):
+		t.Fatalf("waited %s for the blocked read", waitFor)
+	}
 }
