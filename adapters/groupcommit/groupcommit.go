@@ -5,7 +5,9 @@
 // the batch holding its item was written, with that item's outcome.
 //
 // There is no background goroutine and so no lifecycle: the first caller to
-// find no write in progress becomes the leader and writes what is pending;
+// find no write in progress becomes the leader and, once the goroutines
+// already runnable have had their turn (callers come in bursts), writes
+// what is pending;
 // callers arriving meanwhile wait, and when the write finishes the leader
 // wakes them and hands leadership to the first caller still pending, which
 // writes the next batch. A leader writes one batch, the one holding its own
@@ -21,6 +23,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -136,6 +139,12 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 		b.leaders++
 		c.state = promoted
 		b.mu.Unlock()
+		// Callers often come in bursts: a consumer starts a goroutine per
+		// entry of a read, a group commit wakes all of its callers at once.
+		// Yielding lets those already runnable queue before the batch is
+		// taken, rather than the first writing its item alone and the rest
+		// the next batch. With nothing else runnable it returns at once.
+		runtime.Gosched()
 		b.lead(c)
 		return c.err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,32 @@ func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
 	require.Len(t, batches, 1, "callers arriving while the leader lingers share its batch (without a linger: {0}, then the rest): %v", batches)
 	assert.Equal(t, 0, batches[0][0], "the leader's item comes first")
 	assert.ElementsMatch(t, []int{0, 1, 2, 3, 4}, batches[0])
+}
+
+// TestLeaderLetsRunnableCallersJoin starts callers the way a consumer
+// hands out a read's entries, all at once, on one processor so that the
+// order they run in is the scheduler's, not chance's. The first to run
+// leads, but yields before it takes its batch: the others, already
+// runnable, queue meanwhile and share it. Without the yield the leader
+// writes its own item alone, and so does each caller after it: 16
+// batches.
+//
+// Not parallel: it sets GOMAXPROCS for the process while it runs.
+func TestLeaderLetsRunnableCallersJoin(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	r := newRecorder()
+	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	const callers = 16
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { assert.NoError(t, b.Commit(t.Context(), i)) })
+	}
+	wg.Wait()
+	batches := r.snapshot()
+	// One batch, unless the scheduler's fairness check (the global run
+	// queue first, every 61st turn) gives the leader its turn back early:
+	// then what queued by then, and the rest in the next.
+	assert.LessOrEqual(t, len(batches), 3, "callers runnable when the leader started share its batch: %v", batches)
 }
 
 func TestEachCallerGetsItsOwnOutcome(t *testing.T) {
