@@ -249,7 +249,10 @@ func readAllBodies(t *testing.T, q *Queue, n int) []string {
 // XADDs would hand the reader its first entry alone.
 func TestBlockedReaderTakesAPublishWhole(t *testing.T) {
 	t.Parallel()
-	name := "dispatch-test-reader-" + strings.ReplaceAll(t.Name(), "/", "-")
+	qopts := DefaultQueueOptions()
+	qopts.Prefix = redistest.Prefix(t)
+	qopts.BlockSlice = waitFor
+	name := "reader-" + strings.ReplaceAll(qopts.Prefix, ":", "-") // no other test's
 	opts, err := goredis.ParseURL(redistest.URL())
 	require.NoError(t, err)
 	opts.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
@@ -257,9 +260,6 @@ func TestBlockedReaderTakesAPublishWhole(t *testing.T) {
 	}
 	readerClient := goredis.NewClient(opts)
 	t.Cleanup(func() { _ = readerClient.Close() })
-	qopts := DefaultQueueOptions()
-	qopts.Prefix = redistest.Prefix(t)
-	qopts.BlockSlice = waitFor
 	reader := newTestQueue(t, readerClient, qopts)
 	publisher := newTestQueue(t, redistest.Client(t), qopts)
 
