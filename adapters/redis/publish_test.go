@@ -253,18 +253,11 @@ func TestBlockedReaderTakesAPublishWhole(t *testing.T) {
 	qopts.Prefix = redistest.Prefix(t)
 	qopts.BlockSlice = waitFor
 	name := "reader-" + strings.ReplaceAll(qopts.Prefix, ":", "-") // no other test's
-	opts, err := goredis.ParseURL(redistest.URL())
-	require.NoError(t, err)
-	opts.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
-		return cn.ClientSetName(ctx, name).Err()
-	}
-	readerClient := goredis.NewClient(opts)
-	t.Cleanup(func() { _ = readerClient.Close() })
-	reader := newTestQueue(t, readerClient, qopts)
+	reader := newTestQueue(t, redistest.NamedClient(t, name), qopts)
 	publisher := newTestQueue(t, redistest.Client(t), qopts)
 
 	// The group exists before the read, which then blocks at once.
-	_, err = reader.Read(t.Context(), ports.DeliveryStream, "workers", "w", 1, 0)
+	_, err := reader.Read(t.Context(), ports.DeliveryStream, "workers", "w", 1, 0)
 	require.NoError(t, err)
 	read := make(chan []ports.Message, 1)
 	go func() {

@@ -38,11 +38,19 @@ func URL() string {
 // rather than skipping: a skipped adapter test is a test that never runs.
 func Client(t testing.TB) goredis.UniversalClient {
 	t.Helper()
+	return NamedClient(t, "")
+}
+
+// NamedClient is Client whose connections take name (CLIENT SETNAME), so a
+// test can find them in CLIENT LIST; "" leaves them unnamed.
+func NamedClient(t testing.TB, name string) goredis.UniversalClient {
+	t.Helper()
 	url := URL()
 	opts, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatalf("redistest: REDIS_URL %q is not a Redis URL: %v", url, err)
 	}
+	opts.ClientName = name
 	client := goredis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
