@@ -88,13 +88,30 @@ type Attempted struct {
 	Degraded error
 }
 
-// Handle attempts delivery id. An error means the outcome could not be
-// recorded; the stream entry must then stay unacknowledged so it is retried.
+// Handle attempts delivery id, which it claims. An error means the outcome
+// could not be recorded; the stream entry must then stay unacknowledged so
+// it is retried.
 func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
+	return uc.handle(ctx, id, false)
+}
+
+// HandleEntry is Handle for the delivery a delivery stream entry's body
+// names: taken under its creator's reservation when the entry is fresh
+// (see entries.go), claimed otherwise.
+func (uc *Deliver) HandleEntry(ctx context.Context, body string) (Attempted, error) {
+	id, fresh := DeliveryEntry(body)
+	return uc.handle(ctx, id, fresh)
+}
+
+func (uc *Deliver) handle(ctx context.Context, id string, fresh bool) (Attempted, error) {
 	slot := uc.takeRequestSlot()
 	defer slot.release()
 	now := uc.Clock.Now()
-	claimed, err := uc.Deliveries.ClaimDelivery(ctx, id, now, leaseMargin)
+	claim := uc.Deliveries.ClaimDelivery
+	if fresh {
+		claim = uc.Deliveries.TakeDelivery
+	}
+	claimed, err := claim(ctx, id, now, leaseMargin)
 	if errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrConflict) {
 		return Attempted{Skipped: true}, nil
 	}

@@ -49,14 +49,15 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	if len(created) == 0 {
 		return nil
 	}
-	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, created...); err != nil {
+	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(created)...); err != nil {
 		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
 	}
 	return nil
 }
 
-// deliveriesOf makes e's deliveries, due at now: one per subscription in
-// active that matches its type. With limit > 0 it gives up (ok false) as
+// deliveriesOf makes e's deliveries, due at now and, when unordered,
+// reserved to their fresh entry's holder: one per subscription in active
+// that matches its type. With limit > 0 it gives up (ok false) as
 // soon as there would be more than limit.
 func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int) (deliveries []domain.Delivery, ok bool) {
 	for _, sub := range active {
@@ -66,7 +67,13 @@ func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, l
 		if limit > 0 && len(deliveries) == limit {
 			return nil, false
 		}
-		deliveries = append(deliveries, domain.NewDelivery(e, sub, now))
+		d := domain.NewDelivery(e, sub, now)
+		if d.OrderingKey == "" {
+			// Taken by its fresh entry's holder (entries.go); an ordered
+			// delivery is claimed, which checks that it is first in line.
+			d.ReservedUntil = d.CreatedAt.Add(freshReservation)
+		}
+		deliveries = append(deliveries, d)
 	}
 	return deliveries, true
 }

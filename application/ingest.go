@@ -95,7 +95,7 @@ func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limi
 			out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", event.ID, err)
 		}
 	case len(deliveries) > 0:
-		if err := uc.Queue.Publish(ctx, ports.DeliveryStream, deliveries...); err != nil {
+		if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(deliveries)...); err != nil {
 			out.EnqueueErr = fmt.Errorf("append %d deliveries of event %s to stream: %w", len(deliveries), event.ID, err)
 		}
 	}

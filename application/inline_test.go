@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
@@ -44,8 +45,16 @@ func TestPublishFansOutInlineAndAppendsTheDeliveries(t *testing.T) {
 	if want := []string{exact.ID, wildcard.ID}; !slices.Equal(subs, want) {
 		t.Errorf("deliveries go to %v, want %v", subs, want)
 	}
-	if got := p.queue.bodies(ports.DeliveryStream); !slices.Equal(got, ids) {
-		t.Errorf("delivery stream = %v, want the event's deliveries %v", got, ids)
+	var entries []string
+	for _, body := range p.queue.bodies(ports.DeliveryStream) {
+		id, fresh := application.DeliveryEntry(body)
+		if !fresh {
+			t.Errorf("entry %q is plain, want the creator's fresh entry", body)
+		}
+		entries = append(entries, id)
+	}
+	if !slices.Equal(entries, ids) {
+		t.Errorf("delivery stream names %v, want the event's deliveries %v", entries, ids)
 	}
 	if view.Event.Status != domain.EventPending {
 		t.Errorf("status = %s, want pending", view.Event.Status)

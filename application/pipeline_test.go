@@ -196,6 +196,19 @@ func TestFanOutDefersWhenTheQueueFails(t *testing.T) {
 	}
 }
 
+// handle hands the worker delivery id's latest entry in the delivery
+// stream, as the queue would: the fan-out's fresh entry until something
+// appends a plain one (a plain id if nothing did).
+func (p *pipeline) handle(ctx context.Context, id string) (application.Attempted, error) {
+	body := id
+	for _, b := range p.queue.bodies(ports.DeliveryStream) {
+		if named, _ := application.DeliveryEntry(b); named == id {
+			body = b
+		}
+	}
+	return p.deliver.HandleEntry(ctx, body)
+}
+
 // fannedOut publishes one event to one subscription and fans it out,
 // returning the delivery id.
 func (p *pipeline) fannedOut(t *testing.T, sub domain.Subscription) (domain.Event, string) {
@@ -219,7 +232,7 @@ func TestDeliverSignsAndRecordsSuccess(t *testing.T) {
 	ev, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}
 
-	res, err := p.deliver.Handle(ctx, id)
+	res, err := p.handle(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +264,7 @@ func TestDeliverSignsAndRecordsSuccess(t *testing.T) {
 	}
 
 	// A second copy of the stream entry finds nothing to do.
-	again, err := p.deliver.Handle(ctx, id)
+	again, err := p.handle(ctx, id)
 	if err != nil || !again.Skipped {
 		t.Errorf("second Handle = %+v, %v; want skipped", again, err)
 	}
@@ -266,7 +279,7 @@ func TestDeliverRetriesThenDeadLetters(t *testing.T) {
 	p.sender.script = []sendResult{answer(500), {err: errors.New("connection refused")}, answer(503), answer(500), answer(500)}
 
 	for attempt := 1; attempt <= 5; attempt++ {
-		res, err := p.deliver.Handle(ctx, id)
+		res, err := p.handle(ctx, id)
 		if err != nil || res.Skipped {
 			t.Fatalf("attempt %d: %+v, %v", attempt, res, err)
 		}
@@ -279,7 +292,7 @@ func TestDeliverRetriesThenDeadLetters(t *testing.T) {
 		}
 		if want == domain.DeliveryRetrying {
 			// Not due yet: a stray entry must not cause an early attempt.
-			if early, _ := p.deliver.Handle(ctx, id); !early.Skipped {
+			if early, _ := p.handle(ctx, id); !early.Skipped {
 				t.Fatalf("attempt %d: delivered before it was due", attempt)
 			}
 			p.clock.Advance(res.Delivery.NextAttemptAt.Sub(p.clock.Now()))
@@ -298,7 +311,7 @@ func TestDeliverDisablesTheSubscriptionOnGone(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(410)}
-	res, err := p.deliver.Handle(ctx, id)
+	res, err := p.handle(ctx, id)
 	if err != nil || res.Delivery.Status != domain.DeliveryDead {
 		t.Fatalf("result = %+v, %v; want dead", res, err)
 	}
@@ -314,5 +327,51 @@ func TestDeliverUnknownDeliveryIsSkipped(t *testing.T) {
 	res, err := p.deliver.Handle(context.Background(), "dlv_missing")
 	if err != nil || !res.Skipped {
 		t.Errorf("Handle(missing) = %+v, %v; want skipped", res, err)
+	}
+}
+
+// TestAFreshDeliveryIsReservedToItsCreatorsEntry: the fan-out reserves a
+// new delivery to the holder of the entry it appends, so a plain entry for
+// it (the scheduler's, a reclaimed one) finds it taken, while the fresh
+// entry's holder attempts it without a claim; after its outcome, plain
+// entries claim it as before.
+func TestAFreshDeliveryIsReservedToItsCreatorsEntry(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	ctx := context.Background()
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(500), answer(200)}
+
+	plain, err := p.deliver.Handle(ctx, id)
+	if err != nil || !plain.Skipped || len(p.sender.requests) != 0 {
+		t.Fatalf("plain entry: %+v, %v, %d requests; want skipped without a request: reserved", plain, err, len(p.sender.requests))
+	}
+	res, err := p.handle(ctx, id) // the fan-out's fresh entry
+	if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryRetrying {
+		t.Fatalf("fresh entry: %+v, %v; want one attempt, retrying", res, err)
+	}
+	p.clock.Advance(res.Delivery.NextAttemptAt.Sub(p.clock.Now()))
+	retried, err := p.deliver.Handle(ctx, id)
+	if err != nil || retried.Delivery.Status != domain.DeliveryDelivered || retried.Attempt.Number != 2 {
+		t.Errorf("plain entry for the retry: %+v, %v; want delivered on attempt 2", retried, err)
+	}
+}
+
+// TestAnOrderedDeliveryIsNotReserved: an ordered delivery must be claimed,
+// which checks that it is first in line, so the fan-out does not reserve it.
+func TestAnOrderedDeliveryIsNotReserved(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	ctx := context.Background()
+	sub, err := p.subs.Create(ctx, domain.NewSubscriptionInput{URL: "https://example.com/hook", EventTypes: []string{"a"}, OrderingKey: "/data/n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(200)}
+	res, err := p.deliver.Handle(ctx, id)
+	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
+		t.Errorf("plain entry: %+v, %v; want delivered: nothing reserved it", res, err)
 	}
 }

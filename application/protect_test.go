@@ -91,7 +91,7 @@ func TestProtectionsPostponeWithoutAnAttempt(t *testing.T) {
 			sub := p.subscribe(t, "a")
 			ev, id := p.fannedOut(t, sub)
 			now := p.clock.Now()
-			res, err := p.deliver.Handle(context.Background(), id)
+			res, err := p.handle(context.Background(), id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestProtectionsLetAHealthyRequestThroughAndFreeTheSlot(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(503)}
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryRetrying {
 		t.Fatalf("result = %+v, %v; want one retryable attempt", res, err)
 	}
@@ -141,7 +141,7 @@ func TestProtectionsLetAHealthyRequestThroughAndFreeTheSlot(t *testing.T) {
 	// for the breaker.
 	p.clock.Advance(time.Hour)
 	p.sender.script = []sendResult{answer(400)}
-	if _, err := p.deliver.Handle(context.Background(), id); err != nil {
+	if _, err := p.handle(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	if len(g.recorded) != 2 || !g.recorded[1] {
@@ -157,7 +157,7 @@ func TestABrokenBreakerStoreFailsOpen(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
 		t.Fatalf("result = %+v, %v; want delivered despite the breaker store", res, err)
 	}
@@ -174,10 +174,10 @@ func TestARetriedDeliveryIsPostponedAsRetrying(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(500)}
-	first, _ := p.deliver.Handle(context.Background(), id)
+	first, _ := p.handle(context.Background(), id)
 	p.clock.Advance(first.Delivery.NextAttemptAt.Sub(p.clock.Now()))
 	g.breakerOpen = true
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Postponed != domain.ReasonCircuitOpen {
 		t.Fatalf("result = %+v, %v", res, err)
 	}
@@ -246,7 +246,7 @@ func TestCombinedProtectionPostpones(t *testing.T) {
 			sub := p.subscribe(t, "a")
 			_, id := p.fannedOut(t, sub)
 			now := p.clock.Now()
-			res, err := p.deliver.Handle(context.Background(), id)
+			res, err := p.handle(context.Background(), id)
 			if err != nil || !res.Skipped || res.Postponed != tt.reason {
 				t.Fatalf("result = %+v, %v; want postponed (%s)", res, err, tt.reason)
 			}
@@ -270,7 +270,7 @@ func TestCombinedProtectionAdmitsAndFinishes(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(503)}
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryRetrying || res.Degraded != nil {
 		t.Fatalf("result = %+v, %v; want one retryable attempt, not degraded", res, err)
 	}
@@ -304,7 +304,7 @@ func TestCombinedProtectionFailureFallsBackToSeparatePorts(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
 		t.Fatalf("result = %+v, %v; want delivered", res, err)
 	}
@@ -328,7 +328,7 @@ func TestCombinedProtectionFinishFailureIsDegraded(t *testing.T) {
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}
-	res, err := p.deliver.Handle(context.Background(), id)
+	res, err := p.handle(context.Background(), id)
 	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
 		t.Fatalf("result = %+v, %v; want delivered", res, err)
 	}

@@ -38,7 +38,7 @@ func TestRequestSlotsBoundRequestsNotRecords(t *testing.T) {
 
 	done := make(chan error, 2)
 	handle := func(id string) {
-		_, err := p.deliver.Handle(context.Background(), id)
+		_, err := p.handle(context.Background(), id)
 		done <- err
 	}
 	go handle(first)

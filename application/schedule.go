@@ -137,7 +137,8 @@ func (uc *Schedule) stoppedAtLimit(s Swept) bool {
 }
 
 // reclaim takes over entries idle past the visibility timeout, appends them
-// again so any live consumer picks them up, then acknowledges the old ones.
+// again so any live consumer picks them up (a delivery's entry unmarked:
+// see entries.go), then acknowledges the old ones.
 // A crash between the two leaves a duplicate entry, which is harmless:
 // consumers are idempotent.
 func (uc *Schedule) reclaim(ctx context.Context, stream, group string) (int, error) {
@@ -152,6 +153,11 @@ func (uc *Schedule) reclaim(ctx context.Context, stream, group string) (int, err
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		bodies[i], ids[i] = m.Body, m.ID
+		if stream == ports.DeliveryStream {
+			// Its first holder may still be attempting the delivery under
+			// its creator's reservation: the next one claims it.
+			bodies[i] = plainEntry(m.Body)
+		}
 	}
 	if err := uc.Queue.Publish(ctx, stream, bodies...); err != nil {
 		return 0, fmt.Errorf("re-append reclaimed %s entries: %w", stream, err)

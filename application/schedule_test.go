@@ -90,3 +90,53 @@ func TestScheduleRunDrainsABacklogWithoutWaitingForItsInterval(t *testing.T) {
 		t.Errorf("%d deliveries enqueued, want 23", n)
 	}
 }
+
+// reclaimingStreams hands out the given entries once, as idle ones to
+// reclaim, and records what is appended.
+type reclaimingStreams struct {
+	*recordingQueue
+	idle map[string][]ports.Message
+}
+
+func (q reclaimingStreams) Reclaim(_ context.Context, stream, _, _ string, _ time.Duration, _ int) ([]ports.Message, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	msgs := q.idle[stream]
+	delete(q.idle, stream)
+	return msgs, nil
+}
+func (reclaimingStreams) Ack(context.Context, string, string, ...string) error { return nil }
+func (reclaimingStreams) Trim(context.Context, string) error                   { return nil }
+
+// TestReclaimedDeliveryEntriesAreAppendedPlain: a creator's fresh entry that
+// idled past the visibility timeout may still be held by a worker attempting
+// its delivery under the reservation, so it comes back as a plain entry,
+// whose holder claims. Event entries come back as they were.
+func TestReclaimedDeliveryEntriesAreAppendedPlain(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	fresh := p.queue.bodies(ports.DeliveryStream)
+	if len(fresh) != 1 {
+		t.Fatalf("delivery stream = %v, want the fan-out's entry", fresh)
+	}
+	queue := reclaimingStreams{newRecordingQueue(), map[string][]ports.Message{
+		ports.DeliveryStream: {{ID: "1-0", Body: fresh[0]}, {ID: "1-1", Body: "dlv_plain"}},
+		ports.EventStream:    {{ID: "2-0", Body: "evt_x"}},
+	}}
+	s := &application.Schedule{Events: &backlogStore{}, Deliveries: &backlogStore{}, Queue: queue, Clock: newClock(), Consumer: "s"}
+	swept, err := s.Tick(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if swept.ReclaimedDelivs != 2 || swept.ReclaimedEvents != 1 {
+		t.Errorf("swept %+v, want 2 deliveries and 1 event reclaimed", swept)
+	}
+	if got := queue.bodies(ports.DeliveryStream); fmt.Sprint(got) != fmt.Sprint([]string{id, "dlv_plain"}) {
+		t.Errorf("delivery entries appended again = %q, want plain ids [%s dlv_plain]", got, id)
+	}
+	if got := queue.bodies(ports.EventStream); fmt.Sprint(got) != "[evt_x]" {
+		t.Errorf("event entries appended again = %q, want [evt_x]", got)
+	}
+}

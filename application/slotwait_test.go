@@ -60,7 +60,7 @@ func TestARefusedDeliveryTakesTheSlotARequestOfThisProcessFrees(t *testing.T) {
 
 			results := make(chan application.Attempted, 2)
 			handle := func(id string) {
-				res, err := p.deliver.Handle(context.Background(), id)
+				res, err := p.handle(context.Background(), id)
 				if err != nil {
 					t.Error(err)
 				}
@@ -108,13 +108,13 @@ func TestSlotWaitersAreCappedAtMaxInFlight(t *testing.T) {
 
 	done := make(chan application.Attempted, 1)
 	go func() {
-		res, _ := p.deliver.Handle(context.Background(), first)
+		res, _ := p.handle(context.Background(), first)
 		done <- res
 	}()
 	waitUntil(t, func() bool { return application.Waiting(p.deliver, sub.ID) == 1 })
 	start := time.Now()
 	var res application.Attempted
-	res, err = p.deliver.Handle(context.Background(), second)
+	res, err = p.handle(context.Background(), second)
 	if err != nil || res.Postponed != domain.ReasonThrottled {
 		t.Fatalf("second = %+v, %v; want postponed (throttled)", res, err)
 	}

@@ -145,18 +145,22 @@ var workerModule = fx.Module("worker",
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
-			Valid:       func(body string) bool { return domain.IsID(domain.DeliveryIDPrefix, body) },
+			Valid: func(body string) bool {
+				id, _ := application.DeliveryEntry(body)
+				return domain.IsID(domain.DeliveryIDPrefix, id)
+			},
 			OnMalformed: onMalformed(ports.DeliveryStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
 				msg := msgs[0]
-				res, err := deliver.Handle(ctx, msg.Body)
+				id, _ := application.DeliveryEntry(msg.Body)
+				res, err := deliver.HandleEntry(ctx, msg.Body)
 				if err != nil {
-					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", msg.Body, "error", err)
+					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", id, "error", err)
 					return nil
 				}
 				if res.Degraded != nil {
 					m.ProtectionFailed()
-					log.Warn("endpoint protection unavailable; request sent unprotected", "delivery_id", msg.Body, "error", res.Degraded)
+					log.Warn("endpoint protection unavailable; request sent unprotected", "delivery_id", id, "error", res.Degraded)
 				}
 				if res.Postponed != "" {
 					m.Postponed(res.Postponed)

@@ -58,14 +58,19 @@ func (s *warmSpy) ClaimDelivery(ctx context.Context, id string, now time.Time, l
 	return s.Store.ClaimDelivery(ctx, id, now, leaseMargin)
 }
 
+func (s *warmSpy) TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	s.record("take")
+	return s.Store.TakeDelivery(ctx, id, now, leaseMargin)
+}
+
 func spyOn(spy *warmSpy) fx.Option {
 	return fx.Decorate(func(s ports.Store) ports.Store { spy.Store = s; return spy })
 }
 
 // TestRolesWarmUpBeforeTakingTraffic checks that the api warms its store
 // while it starts, and that a worker does so before its first claim: an
-// event already waiting when the worker starts is claimed only after the
-// warm-up.
+// event already waiting when the worker starts is taken only after the
+// warm-up (taken: its fresh entry is the one its creator appended).
 func TestRolesWarmUpBeforeTakingTraffic(t *testing.T) {
 	t.Parallel()
 	apiSpy, workerSpy := &warmSpy{}, &warmSpy{}
@@ -85,8 +90,8 @@ func TestRolesWarmUpBeforeTakingTraffic(t *testing.T) {
 		t.Fatalf("endpoint got %d requests, want 1", len(ep.got()))
 	}
 	got := workerSpy.recorded()
-	if len(got) < 2 || got[0] != "warm deliveries" || !slices.Contains(got[1:], "claim") {
-		t.Fatalf("worker's store calls = %v, want the warm-up first and the claim after it", got)
+	if len(got) < 2 || got[0] != "warm deliveries" || !slices.Contains(got[1:], "take") {
+		t.Fatalf("worker's store calls = %v, want the warm-up first and the take after it", got)
 	}
 }
 

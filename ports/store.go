@@ -55,8 +55,9 @@ type EventStore interface {
 	// with e and the subscriptions active at that moment, in id order. When
 	// inline returns ok, e is stored fanned out together with the
 	// deliveries it returned (which count as enqueued at their CreatedAt,
-	// as with CreateDeliveries), and their ids are returned with fannedOut
-	// true. Otherwise e is stored as CreateEvent stores it, for the fan-out
+	// and are stored reserved when they carry a reservation, as with
+	// CreateDeliveries), and their ids are returned with fannedOut true.
+	// Otherwise e is stored as CreateEvent stores it, for the fan-out
 	// stage. inline may be called more than once (a retried write); it must
 	// be a pure function of its arguments. Returns domain.ErrConflict when
 	// the id exists.
@@ -81,7 +82,9 @@ type EventStore interface {
 type DeliveryStore interface {
 	// CreateDeliveries records the fan-out of each event in fanouts: it
 	// stores its deliveries and marks the event fanned out, all in one
-	// transaction. An event with no deliveries becomes delivered. It is
+	// transaction. An event with no deliveries becomes delivered. A
+	// delivery with ReservedUntil after its CreatedAt is stored reserved
+	// until then (see ClaimDelivery). It is
 	// idempotent: an event already fanned out is skipped (its deliveries are
 	// not created twice), and the ids of deliveries actually created are
 	// returned. Created deliveries count as enqueued at their CreatedAt (the
@@ -104,9 +107,23 @@ type DeliveryStore interface {
 	// mark is cleared, so the scheduler's scan enqueues it once it is first
 	// in line.
 	//
+	// A delivery reserved by its creator (domain.Delivery.ReservedUntil)
+	// cannot be claimed before its reservation ends: it is reserved to the
+	// holder of the creator's queue entry, who takes it (TakeDelivery).
+	//
 	// It returns domain.ErrNotFound when the delivery does not exist and
 	// domain.ErrConflict otherwise.
 	ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
+	// TakeDelivery is ClaimDelivery for the holder of the queue entry the
+	// delivery's creator appended, who alone may act on its reservation.
+	// When the delivery is reserved until at least now plus its
+	// subscription's timeout plus leaseMargin (as long as a claim's lease)
+	// and unordered, it is returned as it is stored, without a write: the
+	// reservation is the lease, and it stays pending to every reader.
+	// Otherwise it is claimed as ClaimDelivery claims it, its reservation
+	// (too short to attempt within) not standing in the way. Claiming,
+	// recording an outcome and releasing end a reservation.
+	TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
 	// RecordAttempt stores the attempt and the delivery's new state (status,
 	// attempts, next attempt time, last status code and error) in one
 	// transaction, and when the delivery became terminal and every delivery
@@ -156,10 +173,11 @@ type DeliveryStore interface {
 	// or domain.ErrNotFound when the delivery does not exist.
 	DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error)
 	// DueDeliveries is the scheduler's scan. It picks up to limit
-	// non-terminal deliveries whose NextAttemptAt is at or before now and
-	// that were not enqueued after now-requeueAfter (a due retry, a delivery
-	// whose append to the queue was lost, a delivering one whose lease
-	// expired), oldest NextAttemptAt first, leaving out ordered deliveries
+	// non-terminal deliveries, neither leased nor reserved, whose
+	// NextAttemptAt is at or before now and that were not enqueued after
+	// now-requeueAfter (a due retry, a delivery whose append to the queue
+	// was lost, a delivering one whose lease or reservation expired),
+	// oldest NextAttemptAt first, leaving out ordered deliveries
 	// held back (see ClaimDelivery). It marks them enqueued at now and
 	// returns their ids, skipping rows another caller holds, so concurrent
 	// scans never return the same delivery.

@@ -10,7 +10,9 @@
 -- 2. inserted: stores the deliveries of the claimed events only, as one
 --    multi-row insert (set-returning functions in the select list are
 --    zipped row by row). New deliveries count as enqueued at creation: the
---    caller appends them to the queue right after the commit.
+--    caller appends them to the queue right after the commit. A delivery
+--    given a reservation (@reserved_untils after its creation) is stored
+--    reserved (migration 00010).
 WITH claimed AS (
     UPDATE events SET fanned_out_at = now()
     WHERE events.id IN (
@@ -24,11 +26,12 @@ WITH claimed AS (
 ), inserted AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
-        ordering_key, created_at, updated_at, enqueued_at
+        ordering_key, created_at, updated_at, enqueued_at, reserved_until
     )
     SELECT
         u.id, u.event_id, u.subscription_id, u.status, u.attempts, u.next_attempt_at,
-        u.ordering_key, u.created_at, u.updated_at, u.created_at
+        u.ordering_key, u.created_at, u.updated_at, u.created_at,
+        CASE WHEN u.reserved_until > u.created_at THEN u.reserved_until END
     FROM (
         SELECT
             unnest(@ids::text[]) AS id,
@@ -39,7 +42,8 @@ WITH claimed AS (
             unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at,
             unnest(@ordering_keys::text[]) AS ordering_key,
             unnest(@created_ats::timestamptz[]) AS created_at,
-            unnest(@updated_ats::timestamptz[]) AS updated_at
+            unnest(@updated_ats::timestamptz[]) AS updated_at,
+            unnest(@reserved_untils::timestamptz[]) AS reserved_until
     ) AS u
     WHERE u.event_id IN (SELECT claimed.id FROM claimed)
     RETURNING deliveries.id
@@ -138,8 +142,9 @@ WHERE d.event_id = @event_id
 ORDER BY a.delivery_id, a.attempt;
 
 -- name: DueDeliveries :many
--- The scheduler's scan: due, non-terminal deliveries not enqueued since
--- @enqueued_before, leaving out ordered ones that are not first in line
+-- The scheduler's scan: due, non-terminal deliveries neither leased nor
+-- reserved (migration 00010) and not enqueued since @enqueued_before,
+-- leaving out ordered ones that are not first in line
 -- (ClaimDeliveries' predicate; unordered rows skip its subqueries), which a
 -- worker would only hold again. SKIP LOCKED lets scans run in parallel, and
 -- a row another scan marked meanwhile fails the re-checked condition, so no
@@ -159,6 +164,7 @@ WITH never_enqueued AS (
       AND d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= @now
       AND (d.lease_until IS NULL OR d.lease_until <= @now)
+      AND (d.reserved_until IS NULL OR d.reserved_until <= @now)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -184,6 +190,7 @@ WITH never_enqueued AS (
       AND d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= @now
       AND (d.lease_until IS NULL OR d.lease_until <= @now)
+      AND (d.reserved_until IS NULL OR d.reserved_until <= @now)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier

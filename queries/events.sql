@@ -79,8 +79,10 @@ SELECT version FROM subscription_version;
 -- commit for the whole batch. The arrays are zipped row by row, the
 -- deliveries' separately from the events'. New deliveries count as
 -- enqueued at creation: the caller appends them to the queue right after
--- the commit. A duplicate id, or a delivery to a subscription deleted
--- meanwhile, fails the whole statement.
+-- the commit; a delivery given a reservation (@delivery_reserved_untils
+-- after its creation) is stored reserved (migration 00010). A duplicate
+-- id, or a delivery to a subscription deleted meanwhile, fails the whole
+-- statement.
 --
 -- The fan-out was matched against a copy of the subscriptions taken at
 -- subscription_version @subscription_version; when the counter has moved
@@ -116,18 +118,20 @@ WITH current_version AS (
 ), fanned AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
-        ordering_key, created_at, updated_at, enqueued_at
+        ordering_key, created_at, updated_at, enqueued_at, reserved_until
     )
     SELECT
         d.id, d.event_id, d.subscription_id, 'pending', 0, d.created_at,
-        d.ordering_key, d.created_at, d.created_at, d.created_at
+        d.ordering_key, d.created_at, d.created_at, d.created_at,
+        CASE WHEN d.reserved_until > d.created_at THEN d.reserved_until END
     FROM (
         SELECT
             unnest(@delivery_ids::text[]) AS id,
             unnest(@delivery_event_ids::text[]) AS event_id,
             unnest(@subscription_ids::text[]) AS subscription_id,
             unnest(@delivery_ordering_keys::text[]) AS ordering_key,
-            unnest(@delivery_created_ats::timestamptz[]) AS created_at
+            unnest(@delivery_created_ats::timestamptz[]) AS created_at,
+            unnest(@delivery_reserved_untils::timestamptz[]) AS reserved_until
     ) AS d
     WHERE (SELECT ok FROM allowed)
 )

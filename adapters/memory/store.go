@@ -40,10 +40,12 @@ type storedEvent struct {
 	enqueuedAt time.Time
 }
 
-// storedDelivery is a delivery with its enqueued mark (zero when cleared).
+// storedDelivery is a delivery with its enqueued mark (zero when cleared)
+// and its creator's reservation (zero when none, or once it ended).
 type storedDelivery struct {
-	delivery   domain.Delivery
-	enqueuedAt time.Time
+	delivery      domain.Delivery
+	enqueuedAt    time.Time
+	reservedUntil time.Time
 }
 
 // NewStore returns an empty Store.
@@ -319,7 +321,12 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			d = normalizeDelivery(d)
 			d.EventID = f.EventID
 			d.Status = cmp.Or(d.Status, domain.DeliveryPending)
-			s.deliveries[d.ID] = &storedDelivery{delivery: d, enqueuedAt: d.CreatedAt}
+			stored := &storedDelivery{delivery: d, enqueuedAt: d.CreatedAt}
+			if d.ReservedUntil.After(d.CreatedAt) {
+				stored.reservedUntil = normalizeTime(d.ReservedUntil)
+			}
+			stored.delivery.ReservedUntil = time.Time{}
+			s.deliveries[d.ID] = stored
 			s.eventDeliveries[d.EventID] = append(s.eventDeliveries[d.EventID], d.ID)
 			created = append(created, d.ID)
 		}
@@ -329,29 +336,46 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 
 // ClaimDelivery implements ports.DeliveryStore.
 func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
-	now = normalizeTime(now)
+	return s.claim(id, normalizeTime(now), leaseMargin, false)
+}
+
+// TakeDelivery implements ports.DeliveryStore.
+func (s *Store) TakeDelivery(_ context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	return s.claim(id, normalizeTime(now), leaseMargin, true)
+}
+
+// claim is ClaimDelivery, and TakeDelivery when fresh.
+func (s *Store) claim(id string, now time.Time, leaseMargin time.Duration, fresh bool) (ports.Claimed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.deliveries[id]
 	if !ok {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, domain.ErrNotFound)
 	}
-	if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) {
-		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
+	timeout := s.subscriptions[d.delivery.SubscriptionID].Timeout
+	lease := normalizeTime(now.Add(timeout + leaseMargin))
+	claimed := func() ports.Claimed {
+		return ports.Claimed{
+			Delivery:     d.delivery,
+			Event:        copyEvent(s.events[d.delivery.EventID].event),
+			Subscription: copySubscription(s.subscriptions[d.delivery.SubscriptionID]),
+		}
+	}
+	if fresh && d.delivery.OrderingKey == "" && !d.reservedUntil.IsZero() && !d.reservedUntil.Before(lease) {
+		return claimed(), nil // taken: the reservation is the lease
+	}
+	if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) || (!fresh && d.reservedUntil.After(now)) {
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due, or leased or reserved to another worker", id, domain.ErrConflict)
 	}
 	if s.held(d.delivery) {
 		d.enqueuedAt = time.Time{}
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
 	}
 	d.delivery.Status = domain.DeliveryDelivering
-	timeout := s.subscriptions[d.delivery.SubscriptionID].Timeout
-	d.delivery.NextAttemptAt = normalizeTime(now.Add(timeout + leaseMargin))
+	d.delivery.NextAttemptAt = lease
 	d.delivery.UpdatedAt = now
-	return ports.Claimed{
-		Delivery:     d.delivery,
-		Event:        copyEvent(s.events[d.delivery.EventID].event),
-		Subscription: copySubscription(s.subscriptions[d.delivery.SubscriptionID]),
-	}, nil
+	d.reservedUntil = time.Time{}
+	return claimed(), nil
 }
 
 // RecordAttempt implements ports.DeliveryStore.
@@ -396,6 +420,7 @@ func (s *Store) storeState(stored *storedDelivery, state, d domain.Delivery) (ne
 	state.UpdatedAt = normalizeTime(d.UpdatedAt)
 	stored.delivery = state
 	stored.enqueuedAt = time.Time{}
+	stored.reservedUntil = time.Time{}
 	if !state.Status.Terminal() {
 		return nil
 	}
@@ -601,7 +626,7 @@ func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter tim
 	defer s.mu.Unlock()
 	var due []*storedDelivery
 	for _, d := range s.deliveries {
-		if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) {
+		if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) || d.reservedUntil.After(now) {
 			continue
 		}
 		if !d.enqueuedAt.IsZero() && d.enqueuedAt.After(enqueuedBefore) {

@@ -71,7 +71,11 @@ type claimCall struct {
 	id          string
 	now         time.Time
 	leaseMargin time.Duration
-	// claimed is the claimed row; nil when the delivery was not claimed.
+	// fresh says the caller holds the delivery's creator's queue entry
+	// (TakeDelivery).
+	fresh bool
+	// claimed is the claimed (or taken) row; nil when the delivery was not
+	// claimed.
 	// The caller reads it once Commit has returned.
 	claimed *sqlcgen.ClaimDeliveriesRow
 }
@@ -84,12 +88,22 @@ type claimCall struct {
 // and clear the enqueued mark of a held delivery. Of two calls for one
 // delivery in a batch, the later is not claimed: the earlier leased it.
 func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
-	c := &claimCall{id: id, now: now, leaseMargin: leaseMargin}
+	return s.commitClaim(ctx, &claimCall{id: id, now: now, leaseMargin: leaseMargin})
+}
+
+// TakeDelivery implements ports.DeliveryStore: a claim with the fresh flag
+// in the same group commit (see ClaimDeliveries), so a batch of takes that
+// all find their reservation long enough writes nothing.
+func (s *Store) TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	return s.commitClaim(ctx, &claimCall{id: id, now: now, leaseMargin: leaseMargin, fresh: true})
+}
+
+func (s *Store) commitClaim(ctx context.Context, c *claimCall) (ports.Claimed, error) {
 	if err := s.workers().claims.Commit(ctx, c); err != nil {
-		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", id, err)
+		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", c.id, err)
 	}
 	if c.claimed == nil {
-		return ports.Claimed{}, s.notClaimed(ctx, id, now)
+		return ports.Claimed{}, s.notClaimed(ctx, c.id, c.now)
 	}
 	return s.toClaimed(*c.claimed)
 }
@@ -121,7 +135,7 @@ func (s *Store) notClaimed(ctx context.Context, id string, now time.Time) error 
 	case refused.Held:
 		return fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
 	default:
-		return fmt.Errorf("claim delivery %s: %w: terminal, not due or leased to another worker", id, domain.ErrConflict)
+		return fmt.Errorf("claim delivery %s: %w: terminal, not due, or leased or reserved to another worker", id, domain.ErrConflict)
 	}
 }
 
@@ -192,9 +206,11 @@ func (s *Store) claim(ctx context.Context, calls map[string]*claimCall) error {
 		Ids:          ids,
 		Nows:         make([]time.Time, len(ids)),
 		LeaseMargins: make([]pgtype.Interval, len(ids)),
+		Fresh:        make([]bool, len(ids)),
 	}
 	for i, id := range ids {
-		p.Nows[i], p.LeaseMargins[i] = calls[id].now, interval(calls[id].leaseMargin)
+		c := calls[id]
+		p.Nows[i], p.LeaseMargins[i], p.Fresh[i] = c.now, interval(c.leaseMargin), c.fresh
 	}
 	rows, err := retryDeadlock(func() ([]sqlcgen.ClaimDeliveriesRow, error) { return s.batch.ClaimDeliveries(ctx, p) })
 	for _, row := range rows {

@@ -152,19 +152,20 @@ func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 // is fanned out inline).
 func eventRows(batch []newEvent, version int64, active []domain.Subscription) sqlcgen.InsertEventsFannedOutParams {
 	p := sqlcgen.InsertEventsFannedOutParams{
-		SubscriptionVersion:  version,
-		Ids:                  make([]string, len(batch)),
-		Types:                make([]string, len(batch)),
-		Sources:              make([]string, len(batch)),
-		Data:                 make([][]byte, len(batch)),
-		OrderingKeys:         make([]string, len(batch)),
-		Fanned:               make([]bool, len(batch)),
-		CreatedAts:           make([]time.Time, len(batch)),
-		DeliveryIds:          []string{},
-		DeliveryEventIds:     []string{},
-		SubscriptionIds:      []string{},
-		DeliveryOrderingKeys: []string{},
-		DeliveryCreatedAts:   []time.Time{},
+		SubscriptionVersion:    version,
+		Ids:                    make([]string, len(batch)),
+		Types:                  make([]string, len(batch)),
+		Sources:                make([]string, len(batch)),
+		Data:                   make([][]byte, len(batch)),
+		OrderingKeys:           make([]string, len(batch)),
+		Fanned:                 make([]bool, len(batch)),
+		CreatedAts:             make([]time.Time, len(batch)),
+		DeliveryIds:            []string{},
+		DeliveryEventIds:       []string{},
+		SubscriptionIds:        []string{},
+		DeliveryOrderingKeys:   []string{},
+		DeliveryCreatedAts:     []time.Time{},
+		DeliveryReservedUntils: []time.Time{},
 	}
 	for i, n := range batch {
 		e := n.event
@@ -185,6 +186,7 @@ func eventRows(batch []newEvent, version int64, active []domain.Subscription) sq
 			p.SubscriptionIds = append(p.SubscriptionIds, d.SubscriptionID)
 			p.DeliveryOrderingKeys = append(p.DeliveryOrderingKeys, d.OrderingKey)
 			p.DeliveryCreatedAts = append(p.DeliveryCreatedAts, storedTime(d.CreatedAt))
+			p.DeliveryReservedUntils = append(p.DeliveryReservedUntils, storedTime(d.ReservedUntil))
 			n.out.deliveries = append(n.out.deliveries, d.ID)
 		}
 	}

@@ -375,6 +375,7 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 			params.OrderingKeys = append(params.OrderingKeys, d.OrderingKey)
 			params.CreatedAts = append(params.CreatedAts, d.CreatedAt)
 			params.UpdatedAts = append(params.UpdatedAts, d.UpdatedAt)
+			params.ReservedUntils = append(params.ReservedUntils, d.ReservedUntil)
 		}
 	}
 	params.Ids = nonNil(params.Ids)
@@ -386,6 +387,7 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 	params.OrderingKeys = nonNil(params.OrderingKeys)
 	params.CreatedAts = nonNil(params.CreatedAts)
 	params.UpdatedAts = nonNil(params.UpdatedAts)
+	params.ReservedUntils = nonNil(params.ReservedUntils)
 	created, err := s.planned.FanOut(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), interpretError(err))

@@ -34,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("InlineFanOut", func(t *testing.T) { t.Parallel(); testInlineFanOut(t, newStore) })
 	t.Run("Deliveries", func(t *testing.T) { t.Parallel(); testDeliveries(t, newStore) })
 	t.Run("Release", func(t *testing.T) { t.Parallel(); testRelease(t, newStore) })
+	t.Run("Reservation", func(t *testing.T) { t.Parallel(); testReservation(t, newStore) })
 	t.Run("Recovery", func(t *testing.T) { t.Parallel(); testRecovery(t, newStore) })
 	t.Run("Listing", func(t *testing.T) { t.Parallel(); testListing(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })

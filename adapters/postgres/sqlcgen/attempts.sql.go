@@ -17,16 +17,42 @@ WITH wanted AS (
     SELECT
         unnest($1::text[]) AS id,
         unnest($2::timestamptz[]) AS claimed_at,
-        unnest($3::interval[]) AS lease_margin
+        unnest($3::interval[]) AS lease_margin,
+        unnest($4::boolean[]) AS fresh
+), taken AS (
+    SELECT deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until, deliveries.reserved_until
+    FROM wanted
+    JOIN deliveries ON deliveries.id = wanted.id
+    WHERE wanted.fresh
+      AND deliveries.lease_until IS NULL
+      AND deliveries.ordering_key = ''
+      AND deliveries.reserved_until >= wanted.claimed_at + (
+          SELECT subscriptions.timeout FROM subscriptions
+          WHERE subscriptions.id = deliveries.subscription_id
+      ) + wanted.lease_margin
 ), claimed AS (
     UPDATE deliveries SET
         lease_until = wanted.claimed_at + (
             SELECT subscriptions.timeout FROM subscriptions
             WHERE subscriptions.id = deliveries.subscription_id
         ) + wanted.lease_margin,
+        reserved_until = NULL,
         updated_at = wanted.claimed_at
     FROM wanted
     WHERE deliveries.id = wanted.id
+      -- Not taken: taken's predicate, negated on the row itself (an
+      -- anti-join with taken would compare every row of the batch with
+      -- every other).
+      AND NOT (
+          wanted.fresh
+          AND deliveries.lease_until IS NULL
+          AND deliveries.ordering_key = ''
+          AND deliveries.reserved_until IS NOT NULL
+          AND deliveries.reserved_until >= wanted.claimed_at + (
+              SELECT subscriptions.timeout FROM subscriptions
+              WHERE subscriptions.id = deliveries.subscription_id
+          ) + wanted.lease_margin
+      )
       -- Not terminal, written so that it does not imply the predicate of
       -- deliveries_due_idx or deliveries_status_idx: on a BatchPool's
       -- sessions (see postgres.ConnectBatches), a full scan of a partial
@@ -35,6 +61,7 @@ WITH wanted AS (
       AND deliveries.status NOT IN ('delivered', 'dead')
       AND deliveries.next_attempt_at <= wanted.claimed_at
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
+      AND (deliveries.reserved_until IS NULL OR deliveries.reserved_until <= wanted.claimed_at OR wanted.fresh)
       AND (deliveries.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -50,23 +77,28 @@ WITH wanted AS (
                 AND unfanned.id < deliveries.event_id
           )
       ))
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until, deliveries.reserved_until
+), got AS (
+    SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM taken
+    UNION ALL
+    SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM claimed
 )
 SELECT
-    claimed.id, claimed.event_id, claimed.subscription_id, claimed.status,
-    claimed.attempts, claimed.next_attempt_at, claimed.last_status_code,
-    claimed.last_error, claimed.reason, claimed.ordering_key,
-    claimed.created_at, claimed.updated_at, claimed.lease_until,
+    got.id, got.event_id, got.subscription_id, got.status,
+    got.attempts, got.next_attempt_at, got.last_status_code,
+    got.last_error, got.reason, got.ordering_key,
+    got.created_at, got.updated_at, got.lease_until,
     events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
-FROM claimed
-JOIN events ON events.id = claimed.event_id
-JOIN subscriptions ON subscriptions.id = claimed.subscription_id
+FROM got
+JOIN events ON events.id = got.event_id
+JOIN subscriptions ON subscriptions.id = got.subscription_id
 `
 
 type ClaimDeliveriesParams struct {
 	Ids          []string
 	Nows         []time.Time
 	LeaseMargins []pgtype.Interval
+	Fresh        []bool
 }
 
 type ClaimDeliveriesRow struct {
@@ -92,6 +124,15 @@ type ClaimDeliveriesRow struct {
 // timeout plus @lease_margin, and returns it with its event and subscription
 // in one round trip, for a batch of concurrent claims.
 //
+// A reserved delivery (migration 00010) is not claimed while its
+// reservation lasts, except for the holder of its creator's queue entry,
+// whose row says @fresh. For that holder, while the reservation outlasts
+// an attempt (its end at least the subscription's timeout plus the margin
+// away, what a lease would be given), taken reads the delivery without a
+// write: the reservation is its lease. Otherwise (the entry waited long in
+// the queue) the holder claims it as anyone claims an unreserved one. A
+// batch that only takes writes nothing, so it costs a read, not a commit.
+//
 // An ordered delivery must also be first in line (SPEC §3): no delivery of
 // its subscription and key for an earlier event is pending, retrying or
 // delivering (one probe of deliveries_ordering_idx), and no earlier event
@@ -99,7 +140,8 @@ type ClaimDeliveriesRow struct {
 // events_unfanned_idx, which is tiny in steady state). The OR tests the key
 // first, so an unordered delivery never runs the subqueries: its plan and
 // cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
-// the predicate, NextInLine its second half; keep them alike.
+// the predicate, NextInLine its second half; keep them alike. An ordered
+// delivery is never taken, only claimed: taken does not check its line.
 //
 // Under READ COMMITTED the subqueries read the statement's snapshot, which
 // errs only towards holding: an earlier delivery can only have become
@@ -109,9 +151,11 @@ type ClaimDeliveriesRow struct {
 //
 // The group commit of concurrent claims (see Store.ClaimDelivery): row i
 // of the zipped arrays claims delivery @ids[i] at @nows[i] with lease
-// margin @lease_margins[i], and the claimed rows come back with their event
-// and subscription, in no particular order (the caller matches them by
-// id); a claim on its own is a batch of one. An id must appear at most once: the caller sends each once.
+// margin @lease_margins[i], for the holder of its creator's entry when
+// @fresh[i], and the claimed or taken rows come back with their event and
+// subscription, in no particular order (the caller matches them by id); a
+// claim on its own is a batch of one. An id must appear at most once: the
+// caller sends each once.
 //
 // Rows are locked as the UPDATE reaches them, in the order of @ids (a
 // nested loop from the array over deliveries_pkey), which the caller sorts,
@@ -127,7 +171,12 @@ type ClaimDeliveriesRow struct {
 // meanwhile is re-checked against the predicate on its committed version,
 // as above.
 func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams) ([]ClaimDeliveriesRow, error) {
-	rows, err := q.db.Query(ctx, claimDeliveries, arg.Ids, arg.Nows, arg.LeaseMargins)
+	rows, err := q.db.Query(ctx, claimDeliveries,
+		arg.Ids,
+		arg.Nows,
+		arg.LeaseMargins,
+		arg.Fresh,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -311,6 +360,7 @@ WITH outcome AS (
         attempts = outcome.attempts,
         next_attempt_at = outcome.next_attempt_at,
         lease_until = NULL,
+        reserved_until = NULL,
         last_status_code = NULLIF(outcome.last_status_code, 0),
         last_error = outcome.last_error,
         reason = outcome.reason,
@@ -367,10 +417,11 @@ type RecordAttemptsRow struct {
 
 // Stores deliveries' new states and their attempts in one statement: the
 // group commit of concurrent outcomes (see Store.RecordAttempt), an outcome
-// on its own being a batch of one. The lease and the enqueued mark are
-// cleared, so the scheduler's scan picks a retrying delivery up as soon as
-// it is due. Row i of the zipped arrays is one delivery's new state and
-// its attempt; a status code of 0 stores NULL (no response). It
+// on its own being a batch of one. The lease, the reservation (migration
+// 00010) and the enqueued mark are cleared, so the scheduler's scan picks a
+// retrying delivery up as soon as it is due. Row i of the zipped arrays is
+// one delivery's new state and its attempt; a status code of 0 stores NULL
+// (no response). It
 // returns, per delivery stored, its id and stored event, subscription and
 // ordering key; a delivery that does not exist is not returned. An id must
 // appear at most once: the caller sends each once, in id order, which is
@@ -434,6 +485,7 @@ UPDATE deliveries SET
     status = released.status,
     next_attempt_at = released.next_attempt_at,
     lease_until = NULL,
+    reserved_until = NULL,
     reason = released.reason,
     last_error = released.last_error,
     enqueued_at = NULL,

@@ -63,6 +63,7 @@ WITH never_enqueued AS (
       AND d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= $1
       AND (d.lease_until IS NULL OR d.lease_until <= $1)
+      AND (d.reserved_until IS NULL OR d.reserved_until <= $1)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -88,6 +89,7 @@ WITH never_enqueued AS (
       AND d.status IN ('pending', 'retrying', 'delivering')
       AND d.next_attempt_at <= $1
       AND (d.lease_until IS NULL OR d.lease_until <= $1)
+      AND (d.reserved_until IS NULL OR d.reserved_until <= $1)
       AND (d.ordering_key = '' OR (
           NOT EXISTS (
               SELECT 1 FROM deliveries earlier
@@ -126,8 +128,9 @@ type DueDeliveriesParams struct {
 	EnqueuedBefore time.Time
 }
 
-// The scheduler's scan: due, non-terminal deliveries not enqueued since
-// @enqueued_before, leaving out ordered ones that are not first in line
+// The scheduler's scan: due, non-terminal deliveries neither leased nor
+// reserved (migration 00010) and not enqueued since @enqueued_before,
+// leaving out ordered ones that are not first in line
 // (ClaimDeliveries' predicate; unordered rows skip its subqueries), which a
 // worker would only hold again. SKIP LOCKED lets scans run in parallel, and
 // a row another scan marked meanwhile fails the re-checked condition, so no
@@ -198,7 +201,7 @@ func (q *Queries) EventAttempts(ctx context.Context, eventID string) ([]Attempt,
 }
 
 const eventDeliveries = `-- name: EventDeliveries :many
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries WHERE event_id = $1 ORDER BY id
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM deliveries WHERE event_id = $1 ORDER BY id
 `
 
 func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delivery, error) {
@@ -225,6 +228,7 @@ func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delive
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.LeaseUntil,
+			&i.ReservedUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -250,11 +254,12 @@ WITH claimed AS (
 ), inserted AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
-        ordering_key, created_at, updated_at, enqueued_at
+        ordering_key, created_at, updated_at, enqueued_at, reserved_until
     )
     SELECT
         u.id, u.event_id, u.subscription_id, u.status, u.attempts, u.next_attempt_at,
-        u.ordering_key, u.created_at, u.updated_at, u.created_at
+        u.ordering_key, u.created_at, u.updated_at, u.created_at,
+        CASE WHEN u.reserved_until > u.created_at THEN u.reserved_until END
     FROM (
         SELECT
             unnest($2::text[]) AS id,
@@ -265,7 +270,8 @@ WITH claimed AS (
             unnest($7::timestamptz[]) AS next_attempt_at,
             unnest($8::text[]) AS ordering_key,
             unnest($9::timestamptz[]) AS created_at,
-            unnest($10::timestamptz[]) AS updated_at
+            unnest($10::timestamptz[]) AS updated_at,
+            unnest($11::timestamptz[]) AS reserved_until
     ) AS u
     WHERE u.event_id IN (SELECT claimed.id FROM claimed)
     RETURNING deliveries.id
@@ -284,6 +290,7 @@ type FanOutParams struct {
 	OrderingKeys     []string
 	CreatedAts       []time.Time
 	UpdatedAts       []time.Time
+	ReservedUntils   []time.Time
 }
 
 // Records the fan-out of a batch of events in one statement, so one round
@@ -297,7 +304,9 @@ type FanOutParams struct {
 //  2. inserted: stores the deliveries of the claimed events only, as one
 //     multi-row insert (set-returning functions in the select list are
 //     zipped row by row). New deliveries count as enqueued at creation: the
-//     caller appends them to the queue right after the commit.
+//     caller appends them to the queue right after the commit. A delivery
+//     given a reservation (@reserved_untils after its creation) is stored
+//     reserved (migration 00010).
 func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, fanOut,
 		arg.EventIds,
@@ -310,6 +319,7 @@ func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error
 		arg.OrderingKeys,
 		arg.CreatedAts,
 		arg.UpdatedAts,
+		arg.ReservedUntils,
 	)
 	if err != nil {
 		return nil, err
@@ -330,7 +340,7 @@ func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error
 }
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries WHERE id = $1
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) {
@@ -351,12 +361,13 @@ func (q *Queries) GetDelivery(ctx context.Context, id string) (Delivery, error) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.LeaseUntil,
+		&i.ReservedUntil,
 	)
 	return i, err
 }
 
 const listDeliveries = `-- name: ListDeliveries :many
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until FROM deliveries
+SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM deliveries
 WHERE id > $1
   AND ($2::text IS NULL OR subscription_id = $2::text)
   AND ($3::text IS NULL OR event_id = $3::text)
@@ -416,6 +427,7 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.LeaseUntil,
+			&i.ReservedUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -485,7 +497,7 @@ WITH retried AS (
         updated_at = $1
     WHERE deliveries.id = $2 AND deliveries.status IN ('dead', 'retrying')
       AND deliveries.lease_until IS NULL -- a leased one is delivering
-    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until
+    RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until, deliveries.reserved_until
 )
 SELECT
     retried.id, retried.event_id, retried.subscription_id, retried.status,

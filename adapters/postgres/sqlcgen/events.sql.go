@@ -203,18 +203,20 @@ WITH current_version AS (
 ), fanned AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
-        ordering_key, created_at, updated_at, enqueued_at
+        ordering_key, created_at, updated_at, enqueued_at, reserved_until
     )
     SELECT
         d.id, d.event_id, d.subscription_id, 'pending', 0, d.created_at,
-        d.ordering_key, d.created_at, d.created_at, d.created_at
+        d.ordering_key, d.created_at, d.created_at, d.created_at,
+        CASE WHEN d.reserved_until > d.created_at THEN d.reserved_until END
     FROM (
         SELECT
             unnest($9::text[]) AS id,
             unnest($10::text[]) AS event_id,
             unnest($11::text[]) AS subscription_id,
             unnest($12::text[]) AS ordering_key,
-            unnest($13::timestamptz[]) AS created_at
+            unnest($13::timestamptz[]) AS created_at,
+            unnest($14::timestamptz[]) AS reserved_until
     ) AS d
     WHERE (SELECT ok FROM allowed)
 )
@@ -224,19 +226,20 @@ SELECT
 `
 
 type InsertEventsFannedOutParams struct {
-	SubscriptionVersion  int64
-	Ids                  []string
-	Types                []string
-	Sources              []string
-	Data                 [][]byte
-	OrderingKeys         []string
-	Fanned               []bool
-	CreatedAts           []time.Time
-	DeliveryIds          []string
-	DeliveryEventIds     []string
-	SubscriptionIds      []string
-	DeliveryOrderingKeys []string
-	DeliveryCreatedAts   []time.Time
+	SubscriptionVersion    int64
+	Ids                    []string
+	Types                  []string
+	Sources                []string
+	Data                   [][]byte
+	OrderingKeys           []string
+	Fanned                 []bool
+	CreatedAts             []time.Time
+	DeliveryIds            []string
+	DeliveryEventIds       []string
+	SubscriptionIds        []string
+	DeliveryOrderingKeys   []string
+	DeliveryCreatedAts     []time.Time
+	DeliveryReservedUntils []time.Time
 }
 
 type InsertEventsFannedOutRow struct {
@@ -250,8 +253,10 @@ type InsertEventsFannedOutRow struct {
 // commit for the whole batch. The arrays are zipped row by row, the
 // deliveries' separately from the events'. New deliveries count as
 // enqueued at creation: the caller appends them to the queue right after
-// the commit. A duplicate id, or a delivery to a subscription deleted
-// meanwhile, fails the whole statement.
+// the commit; a delivery given a reservation (@delivery_reserved_untils
+// after its creation) is stored reserved (migration 00010). A duplicate
+// id, or a delivery to a subscription deleted meanwhile, fails the whole
+// statement.
 //
 // The fan-out was matched against a copy of the subscriptions taken at
 // subscription_version @subscription_version; when the counter has moved
@@ -275,6 +280,7 @@ func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFan
 		arg.SubscriptionIds,
 		arg.DeliveryOrderingKeys,
 		arg.DeliveryCreatedAts,
+		arg.DeliveryReservedUntils,
 	)
 	var i InsertEventsFannedOutRow
 	err := row.Scan(&i.CurrentVersion, &i.Stored)

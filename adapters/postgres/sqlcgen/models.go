@@ -36,6 +36,7 @@ type Delivery struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	LeaseUntil     pgtype.Timestamptz
+	ReservedUntil  pgtype.Timestamptz
 }
 
 type Event struct {

@@ -1,0 +1,186 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// reserved is how long the suite's fresh deliveries are reserved: the
+// default timeout plus a 5 s margin fits in it until base+15s.
+const reserved = 30 * time.Second
+
+// takeMargin is the lease margin the suite's takes and claims ask for.
+const takeMargin = 5 * time.Second
+
+// freshDelivery fans e out to sub with a delivery created at base and
+// reserved until base+reserved, and returns it as the store holds it.
+func (f *fixture) freshDelivery(e domain.Event, sub domain.Subscription) domain.Delivery {
+	f.t.Helper()
+	d := newDelivery(e, sub, base)
+	d.ReservedUntil = base.Add(reserved)
+	created, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID, Deliveries: []domain.Delivery{d}}})
+	require.NoError(f.t, err)
+	require.Equal(f.t, []string{d.ID}, created)
+	d.ReservedUntil = time.Time{} // never returned
+	return wantDelivery(d)
+}
+
+func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
+	t.Run("TakeReadsAReservedDeliveryWithoutAWrite", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		e := f.event()
+		d := f.freshDelivery(e, sub)
+
+		_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "a reserved delivery is not claimed by anyone else")
+		due, err := f.store.DueDeliveries(f.ctx, base.Add(reserved-time.Microsecond), 0, 10)
+		require.NoError(t, err)
+		assert.Empty(t, due, "a reserved delivery is not due to the scheduler")
+
+		// The last moment the reservation outlasts a lease: taken.
+		last := base.Add(reserved - domain.DefaultTimeout - takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, d.ID, last, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, d, c.Delivery, "taken as stored: pending, not written")
+		assert.Equal(t, wantEvent(e), c.Event)
+		assert.Equal(t, sub, c.Subscription)
+
+		got, err := f.store.GetDelivery(f.ctx, d.ID)
+		require.NoError(t, err)
+		assert.Equal(t, d, got, "readers see it pending and unchanged")
+		pending, err := f.store.ListDeliveries(f.ctx, ports.DeliveryFilter{Status: domain.DeliveryPending}, ports.Page{Limit: 10})
+		require.NoError(t, err)
+		assert.Equal(t, []string{d.ID}, ids(pending))
+		_, err = f.store.ClaimDelivery(f.ctx, d.ID, last, takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "a take leaves the reservation in place")
+
+		stored, _ := f.record(c.Delivery, last.Add(time.Second), outcome{status: domain.DeliveryDelivered, statusCode: 200})
+		got, err = f.store.GetDelivery(f.ctx, d.ID)
+		require.NoError(t, err)
+		assert.Equal(t, stored, got)
+	})
+
+	t.Run("TakeClaimsWhenTheReservationIsTooShortForAnAttempt", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		d := f.freshDelivery(f.event(), sub)
+
+		late := base.Add(reserved - domain.DefaultTimeout - takeMargin + time.Microsecond)
+		c, err := f.store.TakeDelivery(f.ctx, d.ID, late, takeMargin)
+		require.NoError(t, err)
+		leased := d
+		leased.Status, leased.NextAttemptAt, leased.UpdatedAt = domain.DeliveryDelivering, us(late.Add(domain.DefaultTimeout+takeMargin)), us(late)
+		assert.Equal(t, leased, c.Delivery, "claimed: leased for a whole attempt past the reservation")
+		got, err := f.store.GetDelivery(f.ctx, d.ID)
+		require.NoError(t, err)
+		assert.Equal(t, leased, got)
+
+		_, err = f.store.TakeDelivery(f.ctx, d.ID, late.Add(time.Second), takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "leased: not taken again")
+		_, err = f.store.ClaimDelivery(f.ctx, d.ID, base.Add(reserved), takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "leased past the reservation's end")
+	})
+
+	t.Run("AReservationEndsOnItsOwn", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		d := f.freshDelivery(f.event(), sub)
+
+		end := base.Add(reserved)
+		due, err := f.store.DueDeliveries(f.ctx, end, 0, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{d.ID}, due, "due once nobody attempted it in its reservation (its entry was lost)")
+		got := f.claim(d, end)
+		assert.Equal(t, domain.DeliveryDelivering, got.Status)
+	})
+
+	t.Run("AnOutcomeOrAReleaseEndsTheReservation", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		e := f.event()
+		failed := f.freshDelivery(e, sub)
+		c, err := f.store.TakeDelivery(f.ctx, failed.ID, base, takeMargin)
+		require.NoError(t, err)
+		retry := base.Add(2 * time.Second)
+		f.record(c.Delivery, base.Add(time.Second), outcome{status: domain.DeliveryRetrying, statusCode: 500, next: retry})
+		_, err = f.store.ClaimDelivery(f.ctx, failed.ID, retry, takeMargin)
+		assert.NoError(t, err, "the retry is claimed when due, within what was the reservation")
+
+		other := f.subscription(func(s *domain.Subscription) {
+			s.ID = domain.MustNewID(domain.SubscriptionIDPrefix, base.Add(time.Millisecond))
+		})
+		throttled := f.freshDelivery(f.event(func(e *domain.Event) { e.ID = domain.MustNewID(domain.EventIDPrefix, base.Add(time.Millisecond)) }), other)
+		c, err = f.store.TakeDelivery(f.ctx, throttled.ID, base, takeMargin)
+		require.NoError(t, err)
+		postponed := c.Delivery
+		postponed.NextAttemptAt, postponed.Reason, postponed.UpdatedAt = retry, domain.ReasonThrottled, base.Add(time.Second)
+		_, err = f.store.ReleaseDelivery(f.ctx, postponed)
+		require.NoError(t, err)
+		due, err := f.store.DueDeliveries(f.ctx, retry, time.Hour, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{throttled.ID}, due, "the postponed delivery is due at its new time")
+		_, err = f.store.ClaimDelivery(f.ctx, throttled.ID, retry, takeMargin)
+		assert.NoError(t, err)
+	})
+
+	t.Run("InlineFanOutStoresTheReservation", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		f.subscription()
+		e := newEvent(base)
+		created, fanned, err := f.store.CreateEventFannedOut(f.ctx, e, func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+			d := newDelivery(e, active[0], e.CreatedAt)
+			d.ReservedUntil = e.CreatedAt.Add(reserved)
+			return []domain.Delivery{d}, true
+		})
+		require.NoError(t, err)
+		require.True(t, fanned)
+		require.Len(t, created, 1)
+		_, err = f.store.ClaimDelivery(f.ctx, created[0], base, takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "reserved")
+		c, err := f.store.TakeDelivery(f.ctx, created[0], base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, domain.DeliveryPending, c.Delivery.Status, "taken, not claimed")
+		assert.Equal(t, wantEvent(e), c.Event)
+	})
+
+	t.Run("TakeClaimsWhatIsNotReserved", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		d := f.fanOut(f.event(), base, sub)[0]
+		c, err := f.store.TakeDelivery(f.ctx, d.ID, base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, domain.DeliveryDelivering, c.Delivery.Status, "claimed")
+		assert.Equal(t, us(base.Add(domain.DefaultTimeout+takeMargin)), c.Delivery.NextAttemptAt)
+
+		_, err = f.store.TakeDelivery(f.ctx, domain.MustNewID(domain.DeliveryIDPrefix, base), base, takeMargin)
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	})
+
+	t.Run("AnOrderedDeliveryIsClaimedInLineNotTaken", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription(func(s *domain.Subscription) { s.OrderingKey = "/data/order_id" })
+		first := f.freshDelivery(f.event(), sub)
+		second := f.freshDelivery(f.event(func(e *domain.Event) { e.ID = domain.MustNewID(domain.EventIDPrefix, base.Add(time.Millisecond)) }), sub)
+		require.NotEmpty(t, second.OrderingKey)
+
+		_, err := f.store.TakeDelivery(f.ctx, second.ID, base, takeMargin)
+		require.ErrorIs(t, err, domain.ErrConflict, "held behind the first: a take checks the line as a claim does")
+		c, err := f.store.TakeDelivery(f.ctx, first.ID, base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, domain.DeliveryDelivering, c.Delivery.Status, "claimed, not read")
+	})
+}
