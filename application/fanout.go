@@ -16,6 +16,9 @@ type FanOut struct {
 	Deliveries    ports.DeliveryStore
 	Queue         ports.Queue
 	Clock         ports.Clock
+	// VisibilityTimeout is the scheduler's (see Schedule); new deliveries
+	// are reserved for as long (see entries.go).
+	VisibilityTimeout time.Duration
 }
 
 // Handle fans out a batch of events in one store transaction and appends the
@@ -39,7 +42,7 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
 	for _, ev := range events {
-		deliveries, _ := deliveriesOf(ev, subs, now, 0)
+		deliveries, _ := deliveriesOf(ev, subs, now, 0, reservation(uc.VisibilityTimeout))
 		fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
 	}
 	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)
@@ -56,10 +59,10 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 }
 
 // deliveriesOf makes e's deliveries, due at now and, when unordered,
-// reserved to their fresh entry's holder: one per subscription in active
-// that matches its type. With limit > 0 it gives up (ok false) as
+// reserved to their fresh entry's holder for reserve: one per subscription
+// in active that matches its type. With limit > 0 it gives up (ok false) as
 // soon as there would be more than limit.
-func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int) (deliveries []domain.Delivery, ok bool) {
+func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int, reserve time.Duration) (deliveries []domain.Delivery, ok bool) {
 	for _, sub := range active {
 		if !sub.Matches(e.Type) {
 			continue
@@ -71,7 +74,7 @@ func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, l
 		if d.OrderingKey == "" {
 			// Taken by its fresh entry's holder (entries.go); an ordered
 			// delivery is claimed, which checks that it is first in line.
-			d.ReservedUntil = d.CreatedAt.Add(freshReservation)
+			d.ReservedUntil = d.CreatedAt.Add(reserve)
 		}
 		deliveries = append(deliveries, d)
 	}

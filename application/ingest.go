@@ -31,6 +31,9 @@ type Ingest struct {
 	// event; one with more goes through the fan-out stage, so a publish
 	// stays fast. 0 means DefaultMaxInlineDeliveries, negative never.
 	MaxInlineDeliveries int
+	// VisibilityTimeout is the scheduler's (see Schedule); deliveries
+	// fanned out inline are reserved for as long (see entries.go).
+	VisibilityTimeout time.Duration
 }
 
 // Published is the outcome of Publish.
@@ -80,7 +83,7 @@ func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Publish
 // (the due scan, or the outbox sweep).
 func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limit int) (Published, error) {
 	inline := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-		return deliveriesOf(e, active, e.CreatedAt, limit)
+		return deliveriesOf(e, active, e.CreatedAt, limit, reservation(uc.VisibilityTimeout))
 	}
 	deliveries, fannedOut, err := uc.Events.CreateEventFannedOut(ctx, event, inline)
 	if err != nil {

@@ -375,3 +375,25 @@ func TestAnOrderedDeliveryIsNotReserved(t *testing.T) {
 		t.Errorf("plain entry: %+v, %v; want delivered: nothing reserved it", res, err)
 	}
 }
+
+// TestAReservationLastsTheVisibilityTimeout: a delivery whose fresh entry
+// was lost is claimable by the scheduler's entry once the visibility
+// timeout has passed, no later than without the reservation.
+func TestAReservationLastsTheVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	p.fanout.VisibilityTimeout = 20 * time.Second
+	ctx := context.Background()
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	p.sender.script = []sendResult{answer(200)}
+
+	p.clock.Advance(20*time.Second - time.Microsecond)
+	if res, err := p.deliver.Handle(ctx, id); err != nil || !res.Skipped {
+		t.Fatalf("plain entry within the reservation: %+v, %v; want skipped", res, err)
+	}
+	p.clock.Advance(time.Microsecond)
+	if res, err := p.deliver.Handle(ctx, id); err != nil || res.Delivery.Status != domain.DeliveryDelivered {
+		t.Errorf("plain entry once the reservation ended: %+v, %v; want delivered", res, err)
+	}
+}

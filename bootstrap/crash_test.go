@@ -167,6 +167,56 @@ func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 	}
 }
 
+// TestKilledWorkerTakenDeliveriesComeBack SIGKILLs a worker while it
+// attempts deliveries it took under their creator's reservation, so no
+// lease was written: they read as pending, and once the reservation (the
+// visibility timeout) has passed another worker delivers them.
+func TestKilledWorkerTakenDeliveriesComeBack(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, func(cfg *bootstrap.Config) {
+		cfg.WorkerConcurrency = 4
+		cfg.VisibilityTimeout = 10 * time.Second
+	})
+	c.start(bootstrap.RoleScheduler)
+	rcv := newScripted(t)
+	release := make(chan struct{})
+	ep, url := rcv.add("/taken", func(_ int, r *http.Request) (int, http.Header) {
+		select {
+		case <-release:
+		case <-r.Context().Done(): // the worker died
+		}
+		return http.StatusOK, nil
+	})
+	// A 2 s timeout and the 5 s lease margin fit in the 10 s reservation
+	// for 3 s after a delivery's creation: its fresh entry's holder takes it.
+	c.subscribe(url, "job.taken", client.SubscriptionInput{Timeout: new("2s"), RetryPolicy: fastRetries})
+
+	victim := c.startProcess(bootstrap.RoleWorker)
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, c.publish("job.taken", fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	waitFor(t, 15*time.Second, "the doomed worker to have every request in flight", func() bool { return len(ep.got()) >= 4 })
+	for _, id := range ids {
+		for _, d := range deref(c.getEvent(id).Deliveries) {
+			if d.Status != client.DeliverySummaryStatusPending {
+				t.Errorf("delivery %s is %s while its request is in flight, want pending: taken, not claimed", d.Id, d.Status)
+			}
+		}
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	close(release)
+
+	c.start(bootstrap.RoleWorker)
+	waitAllArrived(t, ep, ids, 30*time.Second)
+	for _, id := range ids {
+		c.waitEvent(id, "delivered", 15*time.Second)
+	}
+}
+
 // failingQueue fails every Publish to one stream, as if Redis were down just
 // after the PostgreSQL commit.
 type failingQueue struct {

@@ -155,10 +155,12 @@ var coreModule = fx.Module("core",
 			if inline == 0 {
 				inline = -1 // off
 			}
-			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow, MaxInlineDeliveries: inline}
+			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow, MaxInlineDeliveries: inline,
+				VisibilityTimeout: cfg.VisibilityTimeout}
 		},
-		func(store ports.Store, queue ports.Queue, clock ports.Clock) *application.FanOut {
-			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock}
+		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config) *application.FanOut {
+			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock,
+				VisibilityTimeout: cfg.VisibilityTimeout}
 		},
 		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{
