@@ -134,14 +134,29 @@ func BenchmarkClaimDeliveries(b *testing.B) {
 		for i, d := range ds {
 			ids[i] = d.ID
 		}
-		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute)
+		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute, false)
 	})
+}
+
+// BenchmarkTakeDeliveries is BenchmarkClaimDeliveries for the holders of
+// fresh entries: the same statement finds every delivery reserved long
+// enough and reads it without a write (no lease, no commit to wait for).
+//
+//	go test -run '^$' -bench 'Benchmark(Claim|Take)Deliveries' -count 3 ./adapters/postgres/
+func BenchmarkTakeDeliveries(b *testing.B) {
+	benchBatchStatement(b, func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
+		ids := make([]string, len(ds))
+		for i, d := range ds {
+			ids[i] = d.ID
+		}
+		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute, true)
+	}, func(d *domain.Delivery) { d.ReservedUntil = d.CreatedAt.Add(time.Hour) })
 }
 
 // benchBatchStatement times statement on batches of 64 and 512 due
 // deliveries, made anew for each run outside the timer, on a Store with the
 // worker's batch pool, and reports the time per delivery.
-func benchBatchStatement(b *testing.B, statement func(*postgres.Store, []domain.Delivery, time.Time) error) {
+func benchBatchStatement(b *testing.B, statement func(*postgres.Store, []domain.Delivery, time.Time) error, mods ...func(*domain.Delivery)) {
 	for _, rows := range []int{64, 512} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
 			pool, batch := pgtest.NewPools(b)
@@ -152,7 +167,7 @@ func benchBatchStatement(b *testing.B, statement func(*postgres.Store, []domain.
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				ds := readyDeliveries(b, store, sub, rows, now)
+				ds := readyDeliveries(b, store, sub, rows, now, mods...)
 				if err := statement(store, ds, now); err != nil {
 					b.Fatal(err)
 				}

@@ -40,11 +40,12 @@ func RecordAttemptsInOne(ctx context.Context, s *Store, ds []domain.Delivery, as
 }
 
 // ClaimDeliveriesInOne claims every delivery in one ClaimDeliveries
-// statement, as a group commit of len(ids) calls does, for the benchmarks.
-func ClaimDeliveriesInOne(ctx context.Context, s *Store, ids []string, now time.Time, leaseMargin time.Duration) error {
+// statement, as a group commit of len(ids) calls does, for the benchmarks;
+// takes them (TakeDelivery's calls) when fresh.
+func ClaimDeliveriesInOne(ctx context.Context, s *Store, ids []string, now time.Time, leaseMargin time.Duration, fresh bool) error {
 	batch := make([]*claimCall, len(ids))
 	for i, id := range ids {
-		batch[i] = &claimCall{id: id, now: now, leaseMargin: leaseMargin}
+		batch[i] = &claimCall{id: id, now: now, leaseMargin: leaseMargin, fresh: fresh}
 	}
 	errs := make([]error, len(batch))
 	s.claimDeliveries(ctx, batch, errs)
