@@ -83,6 +83,8 @@ type DeliveryStore interface {
 	// CreateDeliveries records the fan-out of each event in fanouts: it
 	// stores its deliveries and marks the event fanned out, all in one
 	// transaction. An event with no deliveries becomes delivered. A
+	// delivery to a subscription that does not exist (deleted since it was
+	// matched) is left out. A
 	// delivery with ReservedUntil after its CreatedAt is stored reserved
 	// until then (see ClaimDelivery). It is
 	// idempotent: an event already fanned out is skipped (its deliveries are

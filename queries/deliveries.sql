@@ -7,7 +7,13 @@
 --    id order, so concurrent fan-outs of overlapping batches cannot
 --    deadlock; the later one re-checks fanned_out_at on the committed row
 --    and skips the event, which makes fan-out idempotent.
--- 2. inserted: stores the deliveries of the claimed events only, as one
+-- 2. subscribed: key-share-locks the batch's subscriptions, once each, in
+--    id order, standing in for a foreign key (migration 00011): a
+--    subscription being deleted is waited for, and one deleted is not
+--    returned.
+-- 3. inserted: stores the deliveries of the claimed events to subscribed
+--    subscriptions only (one deleted since the caller matched it gets
+--    none), as one
 --    multi-row insert (set-returning functions in the select list are
 --    zipped row by row). New deliveries count as enqueued at creation: the
 --    caller appends them to the queue right after the commit. A delivery
@@ -23,6 +29,11 @@ WITH claimed AS (
     )
     AND events.fanned_out_at IS NULL
     RETURNING events.id
+), subscribed AS (
+    SELECT subscriptions.id FROM subscriptions
+    WHERE subscriptions.id = ANY(@subscription_ids::text[])
+    ORDER BY subscriptions.id
+    FOR KEY SHARE
 ), inserted AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
@@ -46,6 +57,7 @@ WITH claimed AS (
             unnest(@reserved_untils::timestamptz[]) AS reserved_until
     ) AS u
     WHERE u.event_id IN (SELECT claimed.id FROM claimed)
+      AND u.subscription_id IN (SELECT subscribed.id FROM subscribed)
     RETURNING deliveries.id
 )
 SELECT inserted.id FROM inserted;

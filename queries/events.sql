@@ -84,6 +84,12 @@ SELECT version FROM subscription_version;
 -- id, or a delivery to a subscription deleted meanwhile, fails the whole
 -- statement.
 --
+-- The deliveries' subscriptions are key-share-locked once each, standing
+-- in for a foreign key (migration 00011); when one of them is gone (deleted
+-- after the statement's snapshot was taken, which the version check below
+-- cannot see), nothing is stored and missing_subscriptions says so: the
+-- caller loads the subscriptions again and retries.
+--
 -- The fan-out was matched against a copy of the subscriptions taken at
 -- subscription_version @subscription_version; when the counter has moved
 -- since (the statement reads it in its own snapshot), nothing is stored,
@@ -93,9 +99,18 @@ SELECT version FROM subscription_version;
 -- with nothing fanned out inline) stores without the check.
 WITH current_version AS (
     SELECT version FROM subscription_version
+), subscribed AS (
+    SELECT subscriptions.id FROM subscriptions
+    WHERE subscriptions.id = ANY(@subscription_ids::text[])
+    ORDER BY subscriptions.id
+    FOR KEY SHARE
+), missing AS (
+    SELECT (SELECT count(DISTINCT wanted.id) FROM unnest(@subscription_ids::text[]) AS wanted (id))
+        - (SELECT count(*) FROM subscribed) AS n
 ), allowed AS (
-    SELECT @subscription_version::bigint < 0
-        OR @subscription_version::bigint = (SELECT version FROM current_version) AS ok
+    SELECT (@subscription_version::bigint < 0
+        OR @subscription_version::bigint = (SELECT version FROM current_version))
+        AND (SELECT n FROM missing) = 0 AS ok
 ), inserted AS (
     INSERT INTO events (
         id, type, source, data, ordering_key, fanned_out_at, created_at
@@ -137,4 +152,5 @@ WITH current_version AS (
 )
 SELECT
     (SELECT version FROM current_version)::bigint AS current_version,
+    (SELECT n FROM missing)::bigint AS missing_subscriptions,
     (SELECT count(*) FROM inserted)::bigint AS stored;

@@ -50,8 +50,8 @@ WHERE id = @id;
 -- name: LockSubscription :one
 -- Locks the row until the transaction ends. Deleting a subscription takes
 -- this lock first: it waits for fan-outs that are inserting deliveries to it
--- (they hold a key-share lock through the foreign key) and makes later ones
--- fail, so the deletion sees every delivery it removes.
+-- (they hold a key-share lock on it, migration 00011) and makes later ones
+-- find it gone, so the deletion sees every delivery it removes.
 SELECT id FROM subscriptions WHERE id = @id FOR UPDATE;
 
 -- name: DeleteSubscription :exec

@@ -276,7 +276,7 @@ func (s *Store) UnfannedEvents(_ context.Context, now time.Time, requeueAfter ti
 }
 
 // CreateDeliveries implements ports.DeliveryStore. Like PostgreSQL's
-// foreign keys, it refuses a delivery to a subscription that does not
+// statement, it leaves out a delivery to a subscription that does not
 // exist, and skips an event that does not exist.
 func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]string, error) {
 	s.mu.Lock()
@@ -297,9 +297,6 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 		pending[f.EventID] = true
 		pairs := map[string]bool{}
 		for _, d := range f.Deliveries {
-			if _, ok := s.subscriptions[d.SubscriptionID]; !ok {
-				return nil, fmt.Errorf("create deliveries: %w: subscription %s does not exist", domain.ErrConflict, d.SubscriptionID)
-			}
 			if _, ok := s.deliveries[d.ID]; ok {
 				return nil, fmt.Errorf("create deliveries: %w: delivery %s exists", domain.ErrConflict, d.ID)
 			}
@@ -318,6 +315,9 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			e.event.Status = domain.EventDelivered
 		}
 		for _, d := range f.Deliveries {
+			if _, ok := s.subscriptions[d.SubscriptionID]; !ok {
+				continue // deleted since it was matched
+			}
 			d = normalizeDelivery(d)
 			d.EventID = f.EventID
 			d.Status = cmp.Or(d.Status, domain.DeliveryPending)

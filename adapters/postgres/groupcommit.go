@@ -27,9 +27,9 @@ const (
 	eventWriters = 2
 )
 
-// maxSubscriptionRaces bounds how often an event fanned out inline is
-// written again because a subscription it was matched to was deleted in
-// between (its delivery then breaks the foreign key).
+// maxSubscriptionRaces bounds how often a batch with events fanned out
+// inline is matched and written again because the subscriptions changed
+// in between (see writeEvents).
 const maxSubscriptionRaces = 5
 
 // newEvent is one call of CreateEvent (without a key) or
@@ -72,9 +72,8 @@ func eventRowSize(n newEvent) int {
 // (InsertEventsFannedOut), which commits every row or none.
 //
 // When PostgreSQL rejects the statement because of a row's content — a
-// duplicate id (already stored, or twice in the batch), a delivery to a
-// subscription deleted since it was matched, or another integrity or data
-// error — nothing was written, and the innocent callers must not share the
+// duplicate id (already stored, or twice in the batch), or another
+// integrity or data error — nothing was written, and the innocent callers must not share the
 // guilty one's error: every row is then tried again on its own, so each
 // caller gets the outcome of its own row, exactly as without batching. Any
 // other failure (connection lost, ctx ended, server shutting down) gives
@@ -88,7 +87,7 @@ func (s *Store) insertEvents(ctx context.Context, batch []newEvent, errs []error
 		return
 	case rowRejected(err):
 		for i := range batch {
-			errs[i] = s.insertAlone(ctx, batch[i])
+			errs[i] = interpretError(s.writeEvents(ctx, batch[i:i+1]))
 		}
 	default:
 		for i := range batch {
@@ -97,25 +96,12 @@ func (s *Store) insertEvents(ctx context.Context, batch []newEvent, errs []error
 	}
 }
 
-// insertAlone writes one event of a rejected batch on its own. A delivery
-// to a subscription deleted since the match is retried with the
-// subscriptions loaded again.
-func (s *Store) insertAlone(ctx context.Context, n newEvent) error {
-	var err error
-	for range maxSubscriptionRaces {
-		err = s.writeEvents(ctx, []newEvent{n})
-		if !isForeignKeyViolation(err) || n.inline == nil {
-			break
-		}
-	}
-	return interpretError(err)
-}
-
 // writeEvents fans out the events that ask for it against the cached
 // copy of the active subscriptions and stores the batch in one statement,
 // which stores nothing when the subscriptions changed since the copy was
-// loaded (InsertEventsFannedOut); the copy is then loaded again and the
-// batch fanned out and written anew.
+// loaded, or one the batch delivers to was deleted meanwhile
+// (InsertEventsFannedOut); the copy is then loaded again and the batch
+// fanned out and written anew.
 func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 	inline := false
 	for _, n := range batch {
@@ -138,6 +124,10 @@ func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 			return nil
 		case inline && row.CurrentVersion != version:
 			minVersion = row.CurrentVersion // changed meanwhile: match again
+		case inline && row.MissingSubscriptions > 0:
+			// Deleted after the statement's snapshot, so its counter read
+			// the old version: the deletion moved it at least one further.
+			minVersion = version + 1
 		default:
 			// A multi-row INSERT … SELECT stores every row or fails; this
 			// is a broken invariant, not something a caller can act on.
@@ -248,9 +238,4 @@ func rowRejected(err error) bool {
 		return false
 	}
 	return strings.HasPrefix(pgErr.Code, "23") || strings.HasPrefix(pgErr.Code, "22")
-}
-
-func isForeignKeyViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == foreignKeyViolation
 }

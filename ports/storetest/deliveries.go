@@ -61,6 +61,28 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.Empty(t, unfanned, "every event's fan-out is recorded")
 	})
 
+	t.Run("CreateDeliveriesLeavesOutADeletedSubscription", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		kept := f.subscription()
+		gone := f.subscription(func(s *domain.Subscription) {
+			s.ID = domain.MustNewID(domain.SubscriptionIDPrefix, base.Add(time.Millisecond))
+		})
+		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		e := f.event()
+		toKept, toGone := newDelivery(e, kept, base), newDelivery(e, gone, base)
+		toGone.ID = domain.MustNewID(domain.DeliveryIDPrefix, base.Add(time.Millisecond))
+		created, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID, Deliveries: []domain.Delivery{toKept, toGone}}})
+		require.NoError(t, err, "a subscription deleted since the match does not fail the fan-out")
+		assert.Equal(t, []string{toKept.ID}, created)
+		ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+		require.NoError(t, err)
+		assert.Equal(t, []string{toKept.ID}, ids(ds))
+		again, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID, Deliveries: []domain.Delivery{toGone}}})
+		require.NoError(t, err)
+		assert.Empty(t, again, "the event is fanned out")
+	})
+
 	t.Run("CreateDeliveriesIsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)

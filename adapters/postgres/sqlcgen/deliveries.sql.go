@@ -251,6 +251,11 @@ WITH claimed AS (
     )
     AND events.fanned_out_at IS NULL
     RETURNING events.id
+), subscribed AS (
+    SELECT subscriptions.id FROM subscriptions
+    WHERE subscriptions.id = ANY($2::text[])
+    ORDER BY subscriptions.id
+    FOR KEY SHARE
 ), inserted AS (
     INSERT INTO deliveries (
         id, event_id, subscription_id, status, attempts, next_attempt_at,
@@ -262,9 +267,9 @@ WITH claimed AS (
         CASE WHEN u.reserved_until > u.created_at THEN u.reserved_until END
     FROM (
         SELECT
-            unnest($2::text[]) AS id,
-            unnest($3::text[]) AS event_id,
-            unnest($4::text[]) AS subscription_id,
+            unnest($3::text[]) AS id,
+            unnest($4::text[]) AS event_id,
+            unnest($2::text[]) AS subscription_id,
             unnest($5::text[]) AS status,
             unnest($6::integer[]) AS attempts,
             unnest($7::timestamptz[]) AS next_attempt_at,
@@ -274,6 +279,7 @@ WITH claimed AS (
             unnest($11::timestamptz[]) AS reserved_until
     ) AS u
     WHERE u.event_id IN (SELECT claimed.id FROM claimed)
+      AND u.subscription_id IN (SELECT subscribed.id FROM subscribed)
     RETURNING deliveries.id
 )
 SELECT inserted.id FROM inserted
@@ -281,9 +287,9 @@ SELECT inserted.id FROM inserted
 
 type FanOutParams struct {
 	EventIds         []string
+	SubscriptionIds  []string
 	Ids              []string
 	DeliveryEventIds []string
-	SubscriptionIds  []string
 	Statuses         []string
 	Attempts         []int32
 	NextAttemptAts   []time.Time
@@ -301,7 +307,13 @@ type FanOutParams struct {
 //     id order, so concurrent fan-outs of overlapping batches cannot
 //     deadlock; the later one re-checks fanned_out_at on the committed row
 //     and skips the event, which makes fan-out idempotent.
-//  2. inserted: stores the deliveries of the claimed events only, as one
+//  2. subscribed: key-share-locks the batch's subscriptions, once each, in
+//     id order, standing in for a foreign key (migration 00011): a
+//     subscription being deleted is waited for, and one deleted is not
+//     returned.
+//  3. inserted: stores the deliveries of the claimed events to subscribed
+//     subscriptions only (one deleted since the caller matched it gets
+//     none), as one
 //     multi-row insert (set-returning functions in the select list are
 //     zipped row by row). New deliveries count as enqueued at creation: the
 //     caller appends them to the queue right after the commit. A delivery
@@ -310,9 +322,9 @@ type FanOutParams struct {
 func (q *Queries) FanOut(ctx context.Context, arg FanOutParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, fanOut,
 		arg.EventIds,
+		arg.SubscriptionIds,
 		arg.Ids,
 		arg.DeliveryEventIds,
-		arg.SubscriptionIds,
 		arg.Statuses,
 		arg.Attempts,
 		arg.NextAttemptAts,

@@ -178,9 +178,18 @@ func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) (int
 const insertEventsFannedOut = `-- name: InsertEventsFannedOut :one
 WITH current_version AS (
     SELECT version FROM subscription_version
+), subscribed AS (
+    SELECT subscriptions.id FROM subscriptions
+    WHERE subscriptions.id = ANY($1::text[])
+    ORDER BY subscriptions.id
+    FOR KEY SHARE
+), missing AS (
+    SELECT (SELECT count(DISTINCT wanted.id) FROM unnest($1::text[]) AS wanted (id))
+        - (SELECT count(*) FROM subscribed) AS n
 ), allowed AS (
-    SELECT $1::bigint < 0
-        OR $1::bigint = (SELECT version FROM current_version) AS ok
+    SELECT ($2::bigint < 0
+        OR $2::bigint = (SELECT version FROM current_version))
+        AND (SELECT n FROM missing) = 0 AS ok
 ), inserted AS (
     INSERT INTO events (
         id, type, source, data, ordering_key, fanned_out_at, created_at
@@ -190,13 +199,13 @@ WITH current_version AS (
         CASE WHEN u.fanned THEN u.created_at END, u.created_at
     FROM (
         SELECT
-            unnest($2::text[]) AS id,
-            unnest($3::text[]) AS type,
-            unnest($4::text[]) AS source,
-            unnest($5::bytea[]) AS data,
-            unnest($6::text[]) AS ordering_key,
-            unnest($7::boolean[]) AS fanned,
-            unnest($8::timestamptz[]) AS created_at
+            unnest($3::text[]) AS id,
+            unnest($4::text[]) AS type,
+            unnest($5::text[]) AS source,
+            unnest($6::bytea[]) AS data,
+            unnest($7::text[]) AS ordering_key,
+            unnest($8::boolean[]) AS fanned,
+            unnest($9::timestamptz[]) AS created_at
     ) AS u
     WHERE (SELECT ok FROM allowed)
     RETURNING events.id
@@ -211,9 +220,9 @@ WITH current_version AS (
         CASE WHEN d.reserved_until > d.created_at THEN d.reserved_until END
     FROM (
         SELECT
-            unnest($9::text[]) AS id,
-            unnest($10::text[]) AS event_id,
-            unnest($11::text[]) AS subscription_id,
+            unnest($10::text[]) AS id,
+            unnest($11::text[]) AS event_id,
+            unnest($1::text[]) AS subscription_id,
             unnest($12::text[]) AS ordering_key,
             unnest($13::timestamptz[]) AS created_at,
             unnest($14::timestamptz[]) AS reserved_until
@@ -222,10 +231,12 @@ WITH current_version AS (
 )
 SELECT
     (SELECT version FROM current_version)::bigint AS current_version,
+    (SELECT n FROM missing)::bigint AS missing_subscriptions,
     (SELECT count(*) FROM inserted)::bigint AS stored
 `
 
 type InsertEventsFannedOutParams struct {
+	SubscriptionIds        []string
 	SubscriptionVersion    int64
 	Ids                    []string
 	Types                  []string
@@ -236,15 +247,15 @@ type InsertEventsFannedOutParams struct {
 	CreatedAts             []time.Time
 	DeliveryIds            []string
 	DeliveryEventIds       []string
-	SubscriptionIds        []string
 	DeliveryOrderingKeys   []string
 	DeliveryCreatedAts     []time.Time
 	DeliveryReservedUntils []time.Time
 }
 
 type InsertEventsFannedOutRow struct {
-	CurrentVersion int64
-	Stored         int64
+	CurrentVersion       int64
+	MissingSubscriptions int64
+	Stored               int64
 }
 
 // The group commit of events with inline fan-out: stores a batch of events
@@ -258,6 +269,12 @@ type InsertEventsFannedOutRow struct {
 // id, or a delivery to a subscription deleted meanwhile, fails the whole
 // statement.
 //
+// The deliveries' subscriptions are key-share-locked once each, standing
+// in for a foreign key (migration 00011); when one of them is gone (deleted
+// after the statement's snapshot was taken, which the version check below
+// cannot see), nothing is stored and missing_subscriptions says so: the
+// caller loads the subscriptions again and retries.
+//
 // The fan-out was matched against a copy of the subscriptions taken at
 // subscription_version @subscription_version; when the counter has moved
 // since (the statement reads it in its own snapshot), nothing is stored,
@@ -267,6 +284,7 @@ type InsertEventsFannedOutRow struct {
 // with nothing fanned out inline) stores without the check.
 func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFannedOutParams) (InsertEventsFannedOutRow, error) {
 	row := q.db.QueryRow(ctx, insertEventsFannedOut,
+		arg.SubscriptionIds,
 		arg.SubscriptionVersion,
 		arg.Ids,
 		arg.Types,
@@ -277,13 +295,12 @@ func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFan
 		arg.CreatedAts,
 		arg.DeliveryIds,
 		arg.DeliveryEventIds,
-		arg.SubscriptionIds,
 		arg.DeliveryOrderingKeys,
 		arg.DeliveryCreatedAts,
 		arg.DeliveryReservedUntils,
 	)
 	var i InsertEventsFannedOutRow
-	err := row.Scan(&i.CurrentVersion, &i.Stored)
+	err := row.Scan(&i.CurrentVersion, &i.MissingSubscriptions, &i.Stored)
 	return i, err
 }
 

@@ -240,8 +240,8 @@ SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE
 
 // Locks the row until the transaction ends. Deleting a subscription takes
 // this lock first: it waits for fan-outs that are inserting deliveries to it
-// (they hold a key-share lock through the foreign key) and makes later ones
-// fail, so the deletion sees every delivery it removes.
+// (they hold a key-share lock on it, migration 00011) and makes later ones
+// find it gone, so the deletion sees every delivery it removes.
 func (q *Queries) LockSubscription(ctx context.Context, id string) (string, error) {
 	row := q.db.QueryRow(ctx, lockSubscription, id)
 	var id_2 string
