@@ -22,10 +22,10 @@ const leaseMargin = 5 * time.Second
 // ends, which is usually sooner than a timeout.
 const slotWait = 100 * time.Millisecond
 
-// Deliver makes one attempt of a delivery: claim it; pass the endpoint's
-// protections (circuit breaker, rate limit, concurrency cap), postponing it
-// without an attempt when one says no; sign and POST the webhook; classify
-// the answer; record the attempt and the outcome.
+// Deliver makes one attempt of a delivery: claim (or take) it; pass the
+// endpoint's protections (circuit breaker, rate limit, concurrency cap),
+// postponing it without an attempt when one says no; sign and POST the
+// webhook; classify the answer; record the attempt and the outcome.
 type Deliver struct {
 	Deliveries    ports.DeliveryStore
 	Subscriptions ports.SubscriptionStore
@@ -88,22 +88,13 @@ type Attempted struct {
 	Degraded error
 }
 
-// Handle attempts delivery id, which it claims. An error means the outcome
-// could not be recorded; the stream entry must then stay unacknowledged so
-// it is retried.
-func (uc *Deliver) Handle(ctx context.Context, id string) (Attempted, error) {
-	return uc.handle(ctx, id, false)
-}
-
-// HandleEntry is Handle for the delivery a delivery stream entry's body
-// names: taken under its creator's reservation when the entry is fresh
-// (see entries.go), claimed otherwise.
-func (uc *Deliver) HandleEntry(ctx context.Context, body string) (Attempted, error) {
-	id, fresh := DeliveryEntry(body)
-	return uc.handle(ctx, id, fresh)
-}
-
-func (uc *Deliver) handle(ctx context.Context, id string, fresh bool) (Attempted, error) {
+// Handle attempts the delivery a delivery stream entry names (its body: a
+// delivery id, marked when the entry is fresh), which it takes under its
+// creator's reservation when the entry is fresh (see entries.go) and
+// claims otherwise. An error means the outcome could not be recorded; the
+// stream entry must then stay unacknowledged so it is retried.
+func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) {
+	id, fresh := DeliveryEntry(entry)
 	slot := uc.takeRequestSlot()
 	defer slot.release()
 	now := uc.Clock.Now()

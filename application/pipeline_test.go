@@ -206,7 +206,7 @@ func (p *pipeline) handle(ctx context.Context, id string) (application.Attempted
 			body = b
 		}
 	}
-	return p.deliver.HandleEntry(ctx, body)
+	return p.deliver.Handle(ctx, body)
 }
 
 // fannedOut publishes one event to one subscription and fans it out,

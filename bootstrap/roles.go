@@ -153,7 +153,7 @@ var workerModule = fx.Module("worker",
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
 				msg := msgs[0]
 				id, _ := application.DeliveryEntry(msg.Body)
-				res, err := deliver.HandleEntry(ctx, msg.Body)
+				res, err := deliver.Handle(ctx, msg.Body)
 				if err != nil {
 					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", id, "error", err)
 					return nil
