@@ -136,10 +136,43 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, func(cfg *bootstrap.Config) { cfg.WorkerConcurrency = 4 })
+	killWorkerMidAttempt(t, c, 10, nil)
+}
+
+// TestKilledWorkerTakenDeliveriesComeBack SIGKILLs a worker while it
+// attempts deliveries it took under their creator's reservation, so no
+// lease was written: they read as pending, and once the reservation (the
+// visibility timeout) has passed another worker delivers them. A 2 s
+// timeout and the 5 s lease margin fit in the 10 s reservation for 3 s
+// after a delivery's creation: its fresh entry's holder takes it.
+func TestKilledWorkerTakenDeliveriesComeBack(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, func(cfg *bootstrap.Config) {
+		cfg.WorkerConcurrency = 4
+		cfg.VisibilityTimeout = 10 * time.Second
+	})
+	killWorkerMidAttempt(t, c, 4, func(ids []string) {
+		for _, id := range ids {
+			for _, d := range deref(c.getEvent(id).Deliveries) {
+				if d.Status != client.DeliverySummaryStatusPending {
+					t.Errorf("delivery %s is %s while its request is in flight, want pending: taken, not claimed", d.Id, d.Status)
+				}
+			}
+		}
+	})
+}
+
+// killWorkerMidAttempt runs a scheduler and a worker process of c (whose
+// WorkerConcurrency is 4), publishes n events to an endpoint (2 s timeout)
+// that holds every request, SIGKILLs the worker once four requests are in
+// flight (after calling inFlight, if set, with the event ids), and checks
+// that a new worker delivers every event.
+func killWorkerMidAttempt(t *testing.T, c *cluster, n int, inFlight func(ids []string)) {
+	t.Helper()
 	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
 	release := make(chan struct{})
-	ep, url := rcv.add("/slow", func(_ int, r *http.Request) (int, http.Header) {
+	ep, url := rcv.add("/held", func(_ int, r *http.Request) (int, http.Header) {
 		select {
 		case <-release:
 		case <-r.Context().Done(): // the worker died
@@ -150,59 +183,12 @@ func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 
 	victim := c.startProcess(bootstrap.RoleWorker)
 	var ids []string
-	for i := range 10 {
+	for i := range n {
 		ids = append(ids, c.publish("job.ready", fmt.Sprintf(`{"i":%d}`, i)))
 	}
 	waitFor(t, 15*time.Second, "the doomed worker to have requests in flight", func() bool { return len(ep.got()) >= 4 })
-	if err := victim.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
-	close(release)
-
-	c.start(bootstrap.RoleWorker)
-	waitAllArrived(t, ep, ids, 30*time.Second)
-	for _, id := range ids {
-		c.waitEvent(id, "delivered", 15*time.Second)
-	}
-}
-
-// TestKilledWorkerTakenDeliveriesComeBack SIGKILLs a worker while it
-// attempts deliveries it took under their creator's reservation, so no
-// lease was written: they read as pending, and once the reservation (the
-// visibility timeout) has passed another worker delivers them.
-func TestKilledWorkerTakenDeliveriesComeBack(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, func(cfg *bootstrap.Config) {
-		cfg.WorkerConcurrency = 4
-		cfg.VisibilityTimeout = 10 * time.Second
-	})
-	c.start(bootstrap.RoleScheduler)
-	rcv := newScripted(t)
-	release := make(chan struct{})
-	ep, url := rcv.add("/taken", func(_ int, r *http.Request) (int, http.Header) {
-		select {
-		case <-release:
-		case <-r.Context().Done(): // the worker died
-		}
-		return http.StatusOK, nil
-	})
-	// A 2 s timeout and the 5 s lease margin fit in the 10 s reservation
-	// for 3 s after a delivery's creation: its fresh entry's holder takes it.
-	c.subscribe(url, "job.taken", client.SubscriptionInput{Timeout: new("2s"), RetryPolicy: fastRetries})
-
-	victim := c.startProcess(bootstrap.RoleWorker)
-	var ids []string
-	for i := range 4 {
-		ids = append(ids, c.publish("job.taken", fmt.Sprintf(`{"i":%d}`, i)))
-	}
-	waitFor(t, 15*time.Second, "the doomed worker to have every request in flight", func() bool { return len(ep.got()) >= 4 })
-	for _, id := range ids {
-		for _, d := range deref(c.getEvent(id).Deliveries) {
-			if d.Status != client.DeliverySummaryStatusPending {
-				t.Errorf("delivery %s is %s while its request is in flight, want pending: taken, not claimed", d.Id, d.Status)
-			}
-		}
+	if inFlight != nil {
+		inFlight(ids)
 	}
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)
