@@ -129,13 +129,7 @@ func BenchmarkRecordAttempts(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkClaimDeliveries -count 3 ./adapters/postgres/
 func BenchmarkClaimDeliveries(b *testing.B) {
-	benchBatchStatement(b, func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
-		ids := make([]string, len(ds))
-		for i, d := range ds {
-			ids[i] = d.ID
-		}
-		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute, false)
-	})
+	benchBatchStatement(b, claimsInOne(b, false))
 }
 
 // BenchmarkTakeDeliveries is BenchmarkClaimDeliveries for the holders of
@@ -144,13 +138,19 @@ func BenchmarkClaimDeliveries(b *testing.B) {
 //
 //	go test -run '^$' -bench 'Benchmark(Claim|Take)Deliveries' -count 3 ./adapters/postgres/
 func BenchmarkTakeDeliveries(b *testing.B) {
-	benchBatchStatement(b, func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
+	benchBatchStatement(b, claimsInOne(b, true), func(d *domain.Delivery) { d.ReservedUntil = d.CreatedAt.Add(time.Hour) })
+}
+
+// claimsInOne is the statement of BenchmarkClaimDeliveries, or of
+// BenchmarkTakeDeliveries when fresh.
+func claimsInOne(b *testing.B, fresh bool) func(*postgres.Store, []domain.Delivery, time.Time) error {
+	return func(store *postgres.Store, ds []domain.Delivery, now time.Time) error {
 		ids := make([]string, len(ds))
 		for i, d := range ds {
 			ids[i] = d.ID
 		}
-		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute, true)
-	}, func(d *domain.Delivery) { d.ReservedUntil = d.CreatedAt.Add(time.Hour) })
+		return postgres.ClaimDeliveriesInOne(b.Context(), store, ids, now, time.Minute, fresh)
+	}
 }
 
 // benchBatchStatement times statement on batches of 64 and 512 due
