@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
+	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
@@ -23,7 +24,7 @@ const (
 	limitBareDeliver   = "PostgreSQL deliveries/s, bare minimum: claimed, recorded, attempt stored"
 	limitStorePublish0 = "Dispatch's store alone: events published/s, no subscription"
 	limitStorePublish1 = "Dispatch's store alone: events published/s, one subscription"
-	limitStoreDeliver  = "Dispatch's store alone: deliveries claimed and recorded/s"
+	limitStoreDeliver  = "Dispatch's store alone: deliveries taken and recorded/s"
 )
 
 const (
@@ -42,8 +43,9 @@ const (
 // driven through the store's own methods by enough goroutines to keep
 // every batch full. Publishing is the API's write (an event, and with one
 // subscription its delivery made inline, committed synchronously); a
-// delivery is the worker's claim and its recorded success (committed
-// asynchronously, as the worker's pool does). What these cost the machine
+// delivery is the worker's take of it (fresh, so no claim is written) and
+// its recorded success (committed asynchronously, as the worker's pool
+// does). What these cost the machine
 // is a floor under the workloads that do them, whatever the rest costs.
 func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	dsn, drop, err := scratchDatabase(ctx, o)
@@ -123,9 +125,9 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 			return 0, errProbeDone
 		}
 		now := time.Now()
-		c, err := worker.ClaimDelivery(ctx, ids[i], now, time.Minute)
+		c, err := worker.TakeDelivery(ctx, ids[i], now, workerLeaseMargin)
 		if err != nil {
-			return 0, fmt.Errorf("claim: %w", err)
+			return 0, fmt.Errorf("take: %w", err)
 		}
 		done := c.Delivery
 		done.Attempts, done.Status, done.LastStatusCode, done.UpdatedAt = 1, domain.DeliveryDelivered, 200, now
@@ -139,15 +141,22 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 		return nil, fmt.Errorf("deliver: %w", err)
 	}
 	deliver.Name = limitStoreDeliver
-	deliver.Notes = fmt.Sprintf("%d goroutines, claim then a recorded 200, asynchronous commits", storeDeliverers)
+	deliver.Notes = fmt.Sprintf("%d goroutines, a fresh delivery taken then a recorded 200, asynchronous commits", storeDeliverers)
 	return []Limit{bare, one, deliver}, nil
 }
 
-// inlineToAll fans an event out to every active subscription.
+// workerLeaseMargin is the worker's lease margin (application's
+// leaseMargin), with which a delivery reserved for the default visibility
+// timeout is taken for 15 s after its creation.
+const workerLeaseMargin = 5 * time.Second
+
+// inlineToAll fans an event out to every active subscription, reserving
+// each delivery as ingest does.
 func inlineToAll(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
 	out := make([]domain.Delivery, len(active))
 	for i, s := range active {
 		out[i] = domain.NewDelivery(e, s, e.CreatedAt)
+		out[i].ReservedUntil = e.CreatedAt.Add(application.DefaultVisibilityTimeout)
 	}
 	return out, true
 }
@@ -196,9 +205,9 @@ func writeCeilings(w io.Writer, limits []Limit, cores float64) error {
 		"Redis and the roles' own work left out, so the true ceilings are lower):\n\n", cores)
 	fmt.Fprintf(&b, "| workload | steps | with Dispatch's store (per item) | with the bare minimum (per item) | target |\n|---|---|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| W1 | publish exchange + event stored | %s | %s | 15,000/s |\n", ceiling(http+bare), ceiling(http+row))
-	fmt.Fprintf(&b, "| W3 | publish exchange + event and delivery stored + claim and record + webhook exchange | %s | %s | 8,000/s |\n",
+	fmt.Fprintf(&b, "| W3 | publish exchange + event and delivery stored + take and record + webhook exchange | %s | %s | 8,000/s |\n",
 		ceiling(http+hook+one+deliver), ceiling(http+hook+2*row+bareDeliver))
-	fmt.Fprintf(&b, "| W4 | claim and record + webhook exchange (fan-out's insert left out) | %s | %s | 15,000/s |\n",
+	fmt.Fprintf(&b, "| W4 | take and record + webhook exchange (fan-out's insert left out) | %s | %s | 15,000/s |\n",
 		ceiling(hook+deliver), ceiling(hook+bareDeliver))
 	_, err := io.WriteString(w, b.String())
 	return err
