@@ -1,9 +1,6 @@
 package application
 
-import (
-	"strings"
-	"time"
-)
+import "strings"
 
 // A delivery stream entry's body is a delivery id. The entry a delivery's
 // creator appends right after storing it (ingest's inline fan-out, the
@@ -18,22 +15,15 @@ import (
 // freshMark ends the body of a fresh entry. Ids never contain a space.
 const freshMark = " fresh"
 
-// reservation is how long a new delivery is reserved to the holder of its
-// creator's entry: the visibility timeout (0 means
-// DefaultVisibilityTimeout), after which the scheduler appends a delivery
-// whose entry was lost again, and reclaims an entry whose holder went
-// quiet, so a lost append or a dead holder is made up no later than
-// without it. The holder attempts the delivery without a claim only if the
+// A new delivery is reserved to the holder of its creator's entry for the
+// visibility timeout (visibilityTimeout), after which the scheduler
+// appends a delivery whose entry was lost again, and reclaims an entry
+// whose holder went quiet, so a lost append or a dead holder is made up no
+// later than without it. The holder attempts the delivery without a claim only if the
 // reservation outlasts the attempt (the subscription's timeout plus
 // leaseMargin: 15 s to spare at the defaults); an entry that waited longer
 // in the queue, or a visibility timeout too short for an attempt, makes it
 // claim.
-func reservation(visibility time.Duration) time.Duration {
-	if visibility <= 0 {
-		return DefaultVisibilityTimeout
-	}
-	return visibility
-}
 
 // freshEntries returns the fresh entries' bodies for new deliveries ids.
 func freshEntries(ids []string) []string {

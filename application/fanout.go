@@ -42,7 +42,7 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
 	for _, ev := range events {
-		deliveries, _ := deliveriesOf(ev, subs, now, 0, reservation(uc.VisibilityTimeout))
+		deliveries, _ := deliveriesOf(ev, subs, now, 0, visibilityTimeout(uc.VisibilityTimeout))
 		fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
 	}
 	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)

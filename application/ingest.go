@@ -83,7 +83,7 @@ func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Publish
 // (the due scan, or the outbox sweep).
 func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limit int) (Published, error) {
 	inline := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-		return deliveriesOf(e, active, e.CreatedAt, limit, reservation(uc.VisibilityTimeout))
+		return deliveriesOf(e, active, e.CreatedAt, limit, visibilityTimeout(uc.VisibilityTimeout))
 	}
 	deliveries, fannedOut, err := uc.Events.CreateEventFannedOut(ctx, event, inline)
 	if err != nil {

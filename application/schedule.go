@@ -175,9 +175,13 @@ func (uc *Schedule) batch() int {
 	return uc.BatchSize
 }
 
-func (uc *Schedule) visibility() time.Duration {
-	if uc.VisibilityTimeout <= 0 {
+func (uc *Schedule) visibility() time.Duration { return visibilityTimeout(uc.VisibilityTimeout) }
+
+// visibilityTimeout is d, or DefaultVisibilityTimeout when d is not set:
+// the scheduler's, and how long new deliveries are reserved (entries.go).
+func visibilityTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
 		return DefaultVisibilityTimeout
 	}
-	return uc.VisibilityTimeout
+	return d
 }
