@@ -98,11 +98,13 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 	slot := uc.takeRequestSlot()
 	defer slot.release()
 	now := uc.Clock.Now()
-	claim := uc.Deliveries.ClaimDelivery
+	var claimed ports.Claimed
+	var err error
 	if fresh {
-		claim = uc.Deliveries.TakeDelivery
+		claimed, err = uc.Deliveries.TakeDelivery(ctx, freshDelivery(entry), now, leaseMargin)
+	} else {
+		claimed, err = uc.Deliveries.ClaimDelivery(ctx, id, now, leaseMargin)
 	}
-	claimed, err := claim(ctx, id, now, leaseMargin)
 	if errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrConflict) {
 		return Attempted{Skipped: true}, nil
 	}

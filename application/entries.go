@@ -1,6 +1,12 @@
 package application
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
+)
 
 // A delivery stream entry's body is a delivery id. The entry a delivery's
 // creator appends right after storing it (ingest's inline fan-out, the
@@ -11,8 +17,20 @@ import "strings"
 // statement's write and commit fewer per delivery. Every other entry for a
 // delivery (the scheduler's scan, a retry, the next in line, a reclaimed
 // entry appended again) is plain, and its holder claims.
+//
+// A fresh entry also carries what its creator stored that an attempt
+// needs and the delivery's row would otherwise be read for: its event,
+// its subscription, when it was created and until when it is reserved.
+// The store may then take it without reading it (see TakeDelivery):
+//
+//	<delivery id> fresh <event id> <subscription id> <created µs> <reserved µs>
+//
+// with both times in microseconds since the Unix epoch. An entry that ends
+// after the mark (as before entries carried more) is still fresh; its
+// holder's store reads what it does not tell.
 
-// freshMark ends the body of a fresh entry. Ids never contain a space.
+// freshMark follows the delivery id in a fresh entry. Ids never contain a
+// space.
 const freshMark = " fresh"
 
 // A new delivery is reserved to the holder of its creator's entry for the
@@ -25,11 +43,29 @@ const freshMark = " fresh"
 // in the queue, or a visibility timeout too short for an attempt, makes it
 // claim.
 
-// freshEntries returns the fresh entries' bodies for new deliveries ids.
-func freshEntries(ids []string) []string {
-	bodies := make([]string, len(ids))
-	for i, id := range ids {
-		bodies[i] = id + freshMark
+// freshEntries returns the fresh entries' bodies for the new deliveries
+// ds.
+func freshEntries(ds []domain.Delivery) []string {
+	bodies := make([]string, len(ds))
+	for i, d := range ds {
+		if d.EventID == "" || d.ReservedUntil.IsZero() {
+			// Not reserved (ordered), or not known: its holder's store
+			// reads it.
+			bodies[i] = d.ID + freshMark
+			continue
+		}
+		b := make([]byte, 0, len(d.ID)+len(freshMark)+len(d.EventID)+len(d.SubscriptionID)+36)
+		b = append(b, d.ID...)
+		b = append(b, freshMark...)
+		b = append(b, ' ')
+		b = append(b, d.EventID...)
+		b = append(b, ' ')
+		b = append(b, d.SubscriptionID...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, d.CreatedAt.UnixMicro(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, d.ReservedUntil.UnixMicro(), 10)
+		bodies[i] = string(b)
 	}
 	return bodies
 }
@@ -37,8 +73,33 @@ func freshEntries(ids []string) []string {
 // DeliveryEntry reads a delivery stream entry's body: the delivery's id,
 // and whether the entry is its creator's (fresh).
 func DeliveryEntry(body string) (id string, fresh bool) {
-	id, fresh = strings.CutSuffix(body, freshMark)
-	return id, fresh
+	id, rest, found := strings.Cut(body, " ")
+	if found && (rest == freshMark[1:] || strings.HasPrefix(rest, freshMark[1:]+" ")) {
+		return id, true
+	}
+	return body, false
+}
+
+// freshDelivery returns the delivery a fresh entry's body tells of, as
+// its creator stored it (see ports.DeliveryStore.TakeDelivery): its id
+// alone when the entry tells no more, or tells it malformed.
+func freshDelivery(body string) domain.Delivery {
+	id, rest, _ := strings.Cut(body, freshMark)
+	d := domain.Delivery{ID: id, Status: domain.DeliveryPending}
+	fields := strings.Fields(rest)
+	if len(fields) != 4 {
+		return d
+	}
+	created, err1 := strconv.ParseInt(fields[2], 10, 64)
+	reserved, err2 := strconv.ParseInt(fields[3], 10, 64)
+	if err1 != nil || err2 != nil || reserved == (time.Time{}).UnixMicro() {
+		return d // freshEntries writes no zero reservation
+	}
+	d.EventID, d.SubscriptionID = fields[0], fields[1]
+	d.CreatedAt = time.UnixMicro(created).UTC()
+	d.NextAttemptAt, d.UpdatedAt = d.CreatedAt, d.CreatedAt
+	d.ReservedUntil = time.UnixMicro(reserved).UTC()
+	return d
 }
 
 // plainEntry returns body without a fresh mark: what an entry becomes when

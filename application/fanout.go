@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -41,9 +42,11 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	}
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
+	var made []domain.Delivery
 	for _, ev := range events {
 		deliveries, _ := deliveriesOf(ev, subs, now, 0, visibilityTimeout(uc.VisibilityTimeout))
 		fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
+		made = append(made, deliveries...)
 	}
 	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)
 	if err != nil {
@@ -52,10 +55,31 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	if len(created) == 0 {
 		return nil
 	}
-	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(created)...); err != nil {
+	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(stored(made, created))...); err != nil {
 		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
 	}
 	return nil
+}
+
+// stored returns the deliveries of made whose ids are in ids, in the order
+// of ids: what a store reported storing, as they were made.
+func stored(made []domain.Delivery, ids []string) []domain.Delivery {
+	if len(made) == len(ids) && slices.EqualFunc(made, ids, func(d domain.Delivery, id string) bool { return d.ID == id }) {
+		return made // all of them, as usual
+	}
+	byID := make(map[string]domain.Delivery, len(made))
+	for _, d := range made {
+		byID[d.ID] = d
+	}
+	ds := make([]domain.Delivery, 0, len(ids))
+	for _, id := range ids {
+		d, ok := byID[id]
+		if !ok {
+			d = domain.Delivery{ID: id} // its entry tells the id alone
+		}
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 // deliveriesOf makes e's deliveries, due at now and, when unordered,

@@ -82,8 +82,13 @@ func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Publish
 // event for the fan-out stage. A lost append is made up by the scheduler
 // (the due scan, or the outbox sweep).
 func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limit int) (Published, error) {
+	// made holds what every call of inline made: the store may call it
+	// again, and its entries are for the deliveries it stored.
+	var made []domain.Delivery
 	inline := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-		return deliveriesOf(e, active, e.CreatedAt, limit, visibilityTimeout(uc.VisibilityTimeout))
+		ds, ok := deliveriesOf(e, active, e.CreatedAt, limit, visibilityTimeout(uc.VisibilityTimeout))
+		made = append(made, ds...)
+		return ds, ok
 	}
 	deliveries, fannedOut, err := uc.Events.CreateEventFannedOut(ctx, event, inline)
 	if err != nil {
@@ -98,7 +103,7 @@ func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limi
 			out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", event.ID, err)
 		}
 	case len(deliveries) > 0:
-		if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(deliveries)...); err != nil {
+		if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(stored(made, deliveries))...); err != nil {
 			out.EnqueueErr = fmt.Errorf("append %d deliveries of event %s to stream: %w", len(deliveries), event.ID, err)
 		}
 	}

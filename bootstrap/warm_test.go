@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 	"github.com/dispatch-webhooks/dispatch/client"
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -58,9 +59,9 @@ func (s *warmSpy) ClaimDelivery(ctx context.Context, id string, now time.Time, l
 	return s.Store.ClaimDelivery(ctx, id, now, leaseMargin)
 }
 
-func (s *warmSpy) TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+func (s *warmSpy) TakeDelivery(ctx context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	s.record("take")
-	return s.Store.TakeDelivery(ctx, id, now, leaseMargin)
+	return s.Store.TakeDelivery(ctx, fresh, now, leaseMargin)
 }
 
 func spyOn(spy *warmSpy) fx.Option {

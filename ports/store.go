@@ -118,6 +118,10 @@ type DeliveryStore interface {
 	ClaimDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
 	// TakeDelivery is ClaimDelivery for the holder of the queue entry the
 	// delivery's creator appended, who alone may act on its reservation.
+	// fresh is the delivery as its creator stored it, as far as that entry
+	// tells: ID, EventID, SubscriptionID, CreatedAt and ReservedUntil, the
+	// rest as domain.NewDelivery makes them (an entry that tells only the
+	// id leaves the rest zero).
 	// When the delivery is reserved until at least now plus its
 	// subscription's timeout plus leaseMargin (as long as a claim's lease)
 	// and unordered, it is returned as it is stored, without a write: the
@@ -125,7 +129,16 @@ type DeliveryStore interface {
 	// Otherwise it is claimed as ClaimDelivery claims it, its reservation
 	// (too short to attempt within) not standing in the way. Claiming,
 	// recording an outcome and releasing end a reservation.
-	TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (Claimed, error)
+	//
+	// A store may answer from fresh without reading the delivery: until
+	// its reservation ends, a reserved delivery changes only by its
+	// holder's hand, or goes with its subscription. The subscription and
+	// the event it returns are as they are when it is called (a change
+	// committed before is seen), so a deleted subscription still gives
+	// domain.ErrNotFound and a disabled one is returned disabled. An entry
+	// appended twice (a retried append whose answer was lost) may then be
+	// taken twice, even after the first holder recorded an outcome.
+	TakeDelivery(ctx context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (Claimed, error)
 	// RecordAttempt stores the attempt and the delivery's new state (status,
 	// attempts, next attempt time, last status code and error) in one
 	// transaction, and when the delivery became terminal and every delivery

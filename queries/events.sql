@@ -70,7 +70,7 @@ SELECT marked.id FROM marked ORDER BY marked.created_at, marked.id;
 
 -- name: SubscriptionVersion :one
 -- The change counter of subscriptions (migration 00005).
-SELECT version FROM subscription_version;
+SELECT version FROM subscription_version WHERE only_row;
 
 -- name: InsertEventsFannedOut :one
 -- The group commit of events with inline fan-out: stores a batch of events
@@ -154,3 +154,11 @@ SELECT
     (SELECT version FROM current_version)::bigint AS current_version,
     (SELECT n FROM missing)::bigint AS missing_subscriptions,
     (SELECT count(*) FROM inserted)::bigint AS stored;
+
+-- name: EventsToTake :many
+-- The events of a batch of fresh deliveries whose holders take them
+-- without reading their rows (Store.TakeDelivery), with the change counter
+-- of subscriptions (migration 00005), read in the same snapshot: a change
+-- committed before the batch began moves it.
+SELECT sqlc.embed(events), (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
+FROM events WHERE id = ANY(@ids::text[]);

@@ -339,9 +339,10 @@ func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, lease
 	return s.claim(id, normalizeTime(now), leaseMargin, false)
 }
 
-// TakeDelivery implements ports.DeliveryStore.
-func (s *Store) TakeDelivery(_ context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
-	return s.claim(id, normalizeTime(now), leaseMargin, true)
+// TakeDelivery implements ports.DeliveryStore. Reading is all but free
+// here, so it reads the delivery rather than trusting fresh.
+func (s *Store) TakeDelivery(_ context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	return s.claim(fresh.ID, normalizeTime(now), leaseMargin, true)
 }
 
 // claim is ClaimDelivery, and TakeDelivery when fresh.

@@ -72,12 +72,14 @@ type claimCall struct {
 	now         time.Time
 	leaseMargin time.Duration
 	// fresh says the caller holds the delivery's creator's queue entry
-	// (TakeDelivery).
+	// (TakeDelivery), and entry is what that entry tells of it.
 	fresh bool
+	entry domain.Delivery
 	// claimed is the claimed (or taken) row; nil when the delivery was not
-	// claimed.
-	// The caller reads it once Commit has returned.
+	// claimed. taken is a take answered without a read (takeUnread).
+	// The caller reads them once Commit has returned.
 	claimed *sqlcgen.ClaimDeliveriesRow
+	taken   *ports.Claimed
 }
 
 // ClaimDelivery implements ports.DeliveryStore. Concurrent claims are
@@ -94,13 +96,16 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 // TakeDelivery implements ports.DeliveryStore: a claim with the fresh flag
 // in the same group commit (see ClaimDeliveries), so a batch of takes that
 // all find their reservation long enough writes nothing.
-func (s *Store) TakeDelivery(ctx context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
-	return s.commitClaim(ctx, &claimCall{id: id, now: now, leaseMargin: leaseMargin, fresh: true})
+func (s *Store) TakeDelivery(ctx context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
+	return s.commitClaim(ctx, &claimCall{id: fresh.ID, now: now, leaseMargin: leaseMargin, fresh: true, entry: fresh})
 }
 
 func (s *Store) commitClaim(ctx context.Context, c *claimCall) (ports.Claimed, error) {
 	if err := s.workers().claims.Commit(ctx, c); err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", c.id, err)
+	}
+	if c.taken != nil {
+		return *c.taken, nil
 	}
 	if c.claimed == nil {
 		return ports.Claimed{}, s.notClaimed(ctx, c.id, c.now)
@@ -174,9 +179,13 @@ func (s *Store) toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error)
 // range) wrote nothing and is written again row by row, so only the
 // guilty caller fails; any other failure is every caller's.
 func (s *Store) claimDeliveries(ctx context.Context, batch []*claimCall, errs []error) {
-	first := make(map[string]*claimCall, len(batch))
-	for _, c := range batch {
-		if _, named := first[c.id]; !named {
+	left := s.takeUnread(ctx, batch)
+	if len(left) == 0 {
+		return
+	}
+	first := make(map[string]*claimCall, len(left))
+	for _, i := range left {
+		if c := batch[i]; first[c.id] == nil {
 			first[c.id] = c
 		}
 	}
@@ -185,13 +194,13 @@ func (s *Store) claimDeliveries(ctx context.Context, batch []*claimCall, errs []
 	case err == nil:
 	case rowRejected(err) && len(first) > 1:
 		// Each on its own, so that only the guilty caller gets the error.
-		for i, c := range batch {
-			if first[c.id] == c {
+		for _, i := range left {
+			if c := batch[i]; first[c.id] == c {
 				errs[i] = interpretError(s.claim(ctx, map[string]*claimCall{c.id: c}))
 			}
 		}
 	default:
-		for i := range batch {
+		for _, i := range left {
 			errs[i] = fmt.Errorf("batch claim of %d deliveries: %w", len(first), interpretError(err))
 		}
 	}

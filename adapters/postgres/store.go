@@ -45,6 +45,8 @@ type Store struct {
 	worker workerBatchers
 	// decoded spares claims decoding the same subscription row again.
 	decoded decodedSubscriptions
+	// recent holds the events takes read lately (see takeUnread).
+	recent recentEvents
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).

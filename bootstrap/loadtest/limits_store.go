@@ -67,16 +67,23 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 	data := []byte(`{"pad":"` + strings.Repeat("x", max(0, o.Payload-10)) + `"}`)
 	var (
 		mu  sync.Mutex
-		ids []string
+		ids []domain.Delivery // what each fresh entry would tell
 	)
 	publish := func(ctx context.Context) (int, error) {
 		e, err := domain.NewEvent(domain.NewEventInput{Type: "order.created", Source: "dispatch-load", Data: data, DataChecked: true}, time.Now())
 		if err != nil {
 			return 0, err
 		}
-		made, _, err := api.CreateEventFannedOut(ctx, e, inlineToAll)
+		var made []domain.Delivery
+		stored, _, err := api.CreateEventFannedOut(ctx, e, func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+			made, _ = inlineToAll(e, active)
+			return made, true
+		})
 		if err != nil {
 			return 0, err
+		}
+		if len(stored) != len(made) {
+			return 0, fmt.Errorf("stored %d deliveries of %d made", len(stored), len(made))
 		}
 		mu.Lock()
 		ids = append(ids, made...)

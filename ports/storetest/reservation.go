@@ -31,6 +31,13 @@ func (f *fixture) freshDelivery(e domain.Event, sub domain.Subscription) domain.
 	return wantDelivery(d)
 }
 
+// entry returns what a fresh entry tells of d, a delivery freshDelivery
+// made: d as its creator stored it, with its reservation.
+func entry(d domain.Delivery) domain.Delivery {
+	d.ReservedUntil = base.Add(reserved)
+	return d
+}
+
 func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("TakeReadsAReservedDeliveryWithoutAWrite", func(t *testing.T) {
 		t.Parallel()
@@ -47,7 +54,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 
 		// The last moment the reservation outlasts a lease: taken.
 		last := base.Add(reserved - domain.DefaultTimeout - takeMargin)
-		c, err := f.store.TakeDelivery(f.ctx, d.ID, last, takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, entry(d), last, takeMargin)
 		require.NoError(t, err)
 		assert.Equal(t, d, c.Delivery, "taken as stored: pending, not written")
 		assert.Equal(t, wantEvent(e), c.Event)
@@ -75,7 +82,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		d := f.freshDelivery(f.event(), sub)
 
 		late := base.Add(reserved - domain.DefaultTimeout - takeMargin + time.Microsecond)
-		c, err := f.store.TakeDelivery(f.ctx, d.ID, late, takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, entry(d), late, takeMargin)
 		require.NoError(t, err)
 		leased := d
 		leased.Status, leased.NextAttemptAt, leased.UpdatedAt = domain.DeliveryDelivering, us(late.Add(domain.DefaultTimeout+takeMargin)), us(late)
@@ -84,7 +91,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Equal(t, leased, got)
 
-		_, err = f.store.TakeDelivery(f.ctx, d.ID, late.Add(time.Second), takeMargin)
+		_, err = f.store.TakeDelivery(f.ctx, entry(d), late.Add(time.Second), takeMargin)
 		require.ErrorIs(t, err, domain.ErrConflict, "leased: not taken again")
 		_, err = f.store.ClaimDelivery(f.ctx, d.ID, base.Add(reserved), takeMargin)
 		require.ErrorIs(t, err, domain.ErrConflict, "leased past the reservation's end")
@@ -110,7 +117,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		sub := f.subscription()
 		e := f.event()
 		failed := f.freshDelivery(e, sub)
-		c, err := f.store.TakeDelivery(f.ctx, failed.ID, base, takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, entry(failed), base, takeMargin)
 		require.NoError(t, err)
 		retry := base.Add(2 * time.Second)
 		f.record(c.Delivery, base.Add(time.Second), outcome{status: domain.DeliveryRetrying, statusCode: 500, next: retry})
@@ -121,7 +128,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 			s.ID = domain.MustNewID(domain.SubscriptionIDPrefix, base.Add(time.Millisecond))
 		})
 		throttled := f.freshDelivery(f.event(func(e *domain.Event) { e.ID = domain.MustNewID(domain.EventIDPrefix, base.Add(time.Millisecond)) }), other)
-		c, err = f.store.TakeDelivery(f.ctx, throttled.ID, base, takeMargin)
+		c, err = f.store.TakeDelivery(f.ctx, entry(throttled), base, takeMargin)
 		require.NoError(t, err)
 		postponed := c.Delivery
 		postponed.NextAttemptAt, postponed.Reason, postponed.UpdatedAt = retry, domain.ReasonThrottled, base.Add(time.Second)
@@ -139,17 +146,19 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f := newFixture(t, newStore)
 		f.subscription()
 		e := newEvent(base)
+		var made domain.Delivery
 		created, fanned, err := f.store.CreateEventFannedOut(f.ctx, e, func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-			d := newDelivery(e, active[0], e.CreatedAt)
-			d.ReservedUntil = e.CreatedAt.Add(reserved)
-			return []domain.Delivery{d}, true
+			made = newDelivery(e, active[0], e.CreatedAt)
+			made.ReservedUntil = e.CreatedAt.Add(reserved)
+			return []domain.Delivery{made}, true
 		})
 		require.NoError(t, err)
 		require.True(t, fanned)
 		require.Len(t, created, 1)
 		_, err = f.store.ClaimDelivery(f.ctx, created[0], base, takeMargin)
 		require.ErrorIs(t, err, domain.ErrConflict, "reserved")
-		c, err := f.store.TakeDelivery(f.ctx, created[0], base, takeMargin)
+		require.Equal(t, made.ID, created[0])
+		c, err := f.store.TakeDelivery(f.ctx, made, base, takeMargin)
 		require.NoError(t, err)
 		assert.Equal(t, domain.DeliveryPending, c.Delivery.Status, "taken, not claimed")
 		assert.Equal(t, wantEvent(e), c.Event)
@@ -160,12 +169,12 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f := newFixture(t, newStore)
 		sub := f.subscription()
 		d := f.fanOut(f.event(), base, sub)[0]
-		c, err := f.store.TakeDelivery(f.ctx, d.ID, base, takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, d, base, takeMargin)
 		require.NoError(t, err)
 		assert.Equal(t, domain.DeliveryDelivering, c.Delivery.Status, "claimed")
 		assert.Equal(t, us(base.Add(domain.DefaultTimeout+takeMargin)), c.Delivery.NextAttemptAt)
 
-		_, err = f.store.TakeDelivery(f.ctx, domain.MustNewID(domain.DeliveryIDPrefix, base), base, takeMargin)
+		_, err = f.store.TakeDelivery(f.ctx, domain.Delivery{ID: domain.MustNewID(domain.DeliveryIDPrefix, base)}, base, takeMargin)
 		require.ErrorIs(t, err, domain.ErrNotFound)
 	})
 
@@ -177,10 +186,50 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		second := f.freshDelivery(f.event(func(e *domain.Event) { e.ID = domain.MustNewID(domain.EventIDPrefix, base.Add(time.Millisecond)) }), sub)
 		require.NotEmpty(t, second.OrderingKey)
 
-		_, err := f.store.TakeDelivery(f.ctx, second.ID, base, takeMargin)
+		_, err := f.store.TakeDelivery(f.ctx, entry(second), base, takeMargin)
 		require.ErrorIs(t, err, domain.ErrConflict, "held behind the first: a take checks the line as a claim does")
-		c, err := f.store.TakeDelivery(f.ctx, first.ID, base, takeMargin)
+		c, err := f.store.TakeDelivery(f.ctx, entry(first), base, takeMargin)
 		require.NoError(t, err)
 		assert.Equal(t, domain.DeliveryDelivering, c.Delivery.Status, "claimed, not read")
+	})
+
+	t.Run("TakeSeesTheSubscriptionAsItIsNow", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		event := func(ms int) domain.Event {
+			return f.event(func(e *domain.Event) {
+				e.ID = domain.MustNewID(domain.EventIDPrefix, base.Add(time.Duration(ms)*time.Millisecond))
+			})
+		}
+		d := f.freshDelivery(event(0), sub)
+		c, err := f.store.TakeDelivery(f.ctx, entry(d), base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, sub, c.Subscription)
+
+		// Each change is committed before the next take: the take sees it.
+		moved, err := f.store.UpdateSubscription(f.ctx, sub.ID, func(s *domain.Subscription) error {
+			s.URL, s.UpdatedAt = "https://moved.example.com/hook", base.Add(time.Second)
+			return nil
+		})
+		require.NoError(t, err)
+		d = f.freshDelivery(event(1), sub)
+		c, err = f.store.TakeDelivery(f.ctx, entry(d), base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, moved, c.Subscription, "taken with the subscription as it is now")
+		assert.Equal(t, domain.DeliveryPending, c.Delivery.Status)
+
+		disabled, err := f.store.UpdateSubscription(f.ctx, sub.ID, func(s *domain.Subscription) error {
+			s.Active, s.DisabledReason, s.UpdatedAt = false, domain.DisabledGone, base.Add(2*time.Second)
+			return nil
+		})
+		require.NoError(t, err)
+		c, err = f.store.TakeDelivery(f.ctx, entry(d), base, takeMargin)
+		require.NoError(t, err)
+		assert.Equal(t, disabled, c.Subscription, "returned disabled, for the caller to settle")
+
+		require.NoError(t, f.store.DeleteSubscription(f.ctx, sub.ID))
+		_, err = f.store.TakeDelivery(f.ctx, entry(d), base, takeMargin)
+		require.ErrorIs(t, err, domain.ErrNotFound, "gone with its subscription")
 	})
 }

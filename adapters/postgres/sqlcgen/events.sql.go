@@ -35,6 +35,51 @@ func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey stri
 	return i, err
 }
 
+const eventsToTake = `-- name: EventsToTake :many
+SELECT events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
+FROM events WHERE id = ANY($1::text[])
+`
+
+type EventsToTakeRow struct {
+	Event               Event
+	SubscriptionVersion int64
+}
+
+// The events of a batch of fresh deliveries whose holders take them
+// without reading their rows (Store.TakeDelivery), with the change counter
+// of subscriptions (migration 00005), read in the same snapshot: a change
+// committed before the batch began moves it.
+func (q *Queries) EventsToTake(ctx context.Context, ids []string) ([]EventsToTakeRow, error) {
+	rows, err := q.db.Query(ctx, eventsToTake, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []EventsToTakeRow{}
+	for rows.Next() {
+		var i EventsToTakeRow
+		if err := rows.Scan(
+			&i.Event.ID,
+			&i.Event.Type,
+			&i.Event.Source,
+			&i.Event.Data,
+			&i.Event.OrderingKey,
+			&i.Event.IdempotencyKey,
+			&i.Event.FannedOutAt,
+			&i.Event.CreatedAt,
+			&i.Event.EnqueuedAt,
+			&i.SubscriptionVersion,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getEvent = `-- name: GetEvent :one
 SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE id = $1
 `
@@ -323,7 +368,7 @@ func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, arg ReleaseIdempote
 }
 
 const subscriptionVersion = `-- name: SubscriptionVersion :one
-SELECT version FROM subscription_version
+SELECT version FROM subscription_version WHERE only_row
 `
 
 // The change counter of subscriptions (migration 00005).
