@@ -39,18 +39,23 @@ func RecordAttemptsInOne(ctx context.Context, s *Store, ds []domain.Delivery, as
 	return errors.Join(errs...)
 }
 
-// ClaimDeliveriesInOne claims every delivery in one ClaimDeliveries
-// statement, as a group commit of len(ids) calls does, for the benchmarks;
-// takes them (TakeDelivery's calls) when fresh.
-func ClaimDeliveriesInOne(ctx context.Context, s *Store, ids []string, now time.Time, leaseMargin time.Duration, fresh bool) error {
-	batch := make([]*claimCall, len(ids))
-	for i, id := range ids {
-		batch[i] = &claimCall{id: id, now: now, leaseMargin: leaseMargin, fresh: fresh}
+// ClaimDeliveriesInOne claims every delivery of ds in one group commit's
+// batch, as len(ds) concurrent calls do, for the benchmarks: in one
+// ClaimDeliveries statement, or, when fresh, as TakeDelivery's calls with
+// ds as their entries tell them (takeUnread, and ClaimDeliveries for
+// what it leaves).
+func ClaimDeliveriesInOne(ctx context.Context, s *Store, ds []domain.Delivery, now time.Time, leaseMargin time.Duration, fresh bool) error {
+	batch := make([]*claimCall, len(ds))
+	for i, d := range ds {
+		batch[i] = &claimCall{id: d.ID, now: now, leaseMargin: leaseMargin, fresh: fresh}
+		if fresh {
+			batch[i].entry = d
+		}
 	}
 	errs := make([]error, len(batch))
 	s.claimDeliveries(ctx, batch, errs)
 	for _, c := range batch {
-		if c.claimed == nil {
+		if c.claimed == nil && c.taken == nil {
 			errs = append(errs, fmt.Errorf("delivery %s not claimed", c.id))
 		}
 	}
