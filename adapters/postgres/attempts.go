@@ -94,8 +94,9 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 }
 
 // TakeDelivery implements ports.DeliveryStore: a claim with the fresh flag
-// in the same group commit (see ClaimDeliveries), so a batch of takes that
-// all find their reservation long enough writes nothing.
+// in the same group commit, answered from fresh without a read of the row
+// when it can be (takeUnread), and otherwise by ClaimDeliveries, where a
+// take whose reservation is long enough writes nothing either.
 func (s *Store) TakeDelivery(ctx context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	return s.commitClaim(ctx, &claimCall{id: fresh.ID, now: now, leaseMargin: leaseMargin, fresh: true, entry: fresh})
 }
