@@ -86,10 +86,22 @@ func DeliveryEntry(body string) (id string, fresh bool) {
 func freshDelivery(body string) domain.Delivery {
 	id, rest, _ := strings.Cut(body, freshMark)
 	d := domain.Delivery{ID: id, Status: domain.DeliveryPending}
-	fields := strings.Fields(rest)
-	if len(fields) != 4 {
+	// Four fields, each after one space (strings.Fields would allocate).
+	rest, ok := strings.CutPrefix(rest, " ")
+	if !ok {
 		return d
 	}
+	var fields [4]string
+	for i := range 3 {
+		var found bool
+		if fields[i], rest, found = strings.Cut(rest, " "); !found || fields[i] == "" {
+			return d
+		}
+	}
+	if rest == "" || strings.Contains(rest, " ") {
+		return d
+	}
+	fields[3] = rest
 	created, err1 := strconv.ParseInt(fields[2], 10, 64)
 	reserved, err2 := strconv.ParseInt(fields[3], 10, 64)
 	if err1 != nil || err2 != nil || reserved == (time.Time{}).UnixMicro() {
