@@ -80,7 +80,8 @@ type ProtectionOptions struct {
 // instead of 0.17 and the load test delivered 7,341–8,402 deliveries/s
 // instead of 6,869–7,819 (three alternating pairs, 2026-11-24 at 21:47
 // UTC); W4's fifty subscriptions share less (Redis 0.24 → 0.20 cores,
-// deliveries/s within noise).
+// deliveries/s within noise). Likewise the Finishes of one batch to one
+// subscription go in one call of protection_finish.lua.
 //
 // After a failed call it rests for RetryInterval (see ErrProtectionResting).
 // Safe for concurrent use.
@@ -123,7 +124,19 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
 	}
 	p.admitScript.combine = admitCall
+	p.finishScript.combine = finishCall
 	return p
+}
+
+// finishCall is protection_finish.lua's KEYS and ARGV for Finish runs of
+// one subscription (their group is its breaker key): its keys, then each
+// run's holder and result. A run's own args are {holder, result}.
+func finishCall(runs []scriptRun) ([]string, []any) {
+	args := make([]any, 0, 2*len(runs))
+	for _, r := range runs {
+		args = append(args, r.args...)
+	}
+	return runs[0].keys, args
 }
 
 // admitCall is protection_admit.lua's KEYS and ARGV for Admit runs of one
@@ -273,7 +286,7 @@ func (p *Protection) finish(ctx context.Context, subscriptionID, holder string, 
 	if success {
 		ok = "1"
 	}
-	res, err := p.finishScript.run(ctx, scriptRun{keys: []string{inflightKey, breakerKey}, args: []any{holder, ok}})
+	res, err := p.finishScript.run(ctx, scriptRun{keys: []string{inflightKey, breakerKey}, args: []any{holder, ok}, group: breakerKey})
 	if err != nil {
 		return domain.Breaker{}, interpretError(err)
 	}

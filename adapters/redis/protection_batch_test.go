@@ -87,15 +87,19 @@ func (s *scriptTrips) runs(cmd goredis.Cmder) bool {
 	return false
 }
 
-// runsIn is how many calls' runs a command of the scripts carries: an
-// admission call carries its group's, the others one each.
+// runsIn is how many calls' runs a command of the scripts carries: its
+// group's (an admission takes four shared arguments and three per run, a
+// finish two per run), the others one each.
 func runsIn(cmd goredis.Cmder) int {
 	args := cmd.Args()
-	if args[1] != protectionAdmit.Hash() && args[1] != protectionAdmitLua {
-		return 1
-	}
 	numKeys, _ := args[2].(int)
-	return (len(args) - 3 - numKeys - 4) / 3
+	switch args[1] {
+	case protectionAdmit.Hash(), protectionAdmitLua:
+		return (len(args) - 3 - numKeys - 4) / 3
+	case protectionFinish.Hash(), protectionFinishLua:
+		return (len(args) - 3 - numKeys) / 2
+	}
+	return 1
 }
 
 // trip counts a round trip carrying n runs, and holds it at the gate if
@@ -570,5 +574,84 @@ func TestAnswerSharedReplies(t *testing.T) {
 	s.answer(call, cmd, runs, errs)
 	for i := range errs {
 		assert.ErrorContains(t, errs[i], "connection reset", "run %d", i)
+	}
+}
+
+// TestFinishManyMatchesSingleRuns finishes a batch of requests to three
+// subscriptions (a closed breaker with failures, none, an open one) in one
+// call per subscription, and the same requests alone one after the other
+// on another server: each run gets the reply it got alone, and the leases
+// and breakers end alike.
+func TestFinishManyMatchesSingleRuns(t *testing.T) {
+	t.Parallel()
+	_, batched := redistest.Mini(t)
+	_, alone := redistest.Mini(t)
+	ctx := t.Context()
+	p, pAlone := NewProtection(batched, "", ProtectionOptions{}), NewProtection(alone, "", ProtectionOptions{})
+	failing := encodeBreaker(domain.Breaker{Phase: domain.BreakerClosed, Failures: 2})
+	opened := encodeBreaker(domain.Breaker{Phase: domain.BreakerOpen, OpenUntil: time.Now().Add(time.Minute)})
+	for _, c := range []goredis.UniversalClient{batched, alone} {
+		for sub, stored := range map[string]string{"failing": failing, "open": opened} {
+			breaker, _, _ := p.keys(sub)
+			require.NoError(t, c.Set(ctx, breaker, stored, 0).Err())
+		}
+		for _, sub := range []string{"failing", "none", "open"} {
+			_, _, inflight := p.keys(sub)
+			for _, h := range []string{"h1", "h2", "h3"} {
+				require.NoError(t, c.ZAdd(ctx, inflight, goredis.Z{Score: 1e15, Member: h}).Err())
+			}
+		}
+	}
+
+	type finish struct {
+		sub, holder string
+		success     bool
+	}
+	finishes := []finish{
+		{"failing", "h1", false}, // the breaker goes back to Go, as stored
+		{"none", "h1", true},
+		{"failing", "h2", true},  // a success resets the closed breaker
+		{"open", "h1", true},     // an open breaker's transition is Go's
+		{"failing", "h3", false}, // after the reset: no breaker stored
+		{"none", "h2", false},
+		{"open", "h2", false},
+		{"none", "h3", true},
+	}
+	runs := make([]scriptRun, len(finishes))
+	replies := make([][]any, len(finishes))
+	for i, f := range finishes {
+		breaker, _, inflight := p.keys(f.sub)
+		ok := "0"
+		if f.success {
+			ok = "1"
+		}
+		runs[i] = scriptRun{keys: []string{inflight, breaker}, args: []any{f.holder, ok}, group: breaker, reply: &replies[i]}
+	}
+	assert.Len(t, p.finishScript.calls(runs), 3, "one call per subscription")
+	errs := make([]error, len(runs))
+	p.finishScript.write(ctx, runs, errs)
+
+	for i, r := range runs {
+		require.NoError(t, errs[i], "run %d", i)
+		var want []any
+		r.reply = &want
+		aloneErrs := make([]error, 1)
+		pAlone.finishScript.write(ctx, []scriptRun{r}, aloneErrs)
+		require.NoError(t, aloneErrs[0], "run %d alone", i)
+		assert.Equal(t, want, replies[i], "run %d (%s %s)", i, finishes[i].sub, finishes[i].holder)
+	}
+	assert.Equal(t, []any{int64(0), failing}, replies[0])
+	assert.Equal(t, []any{int64(1)}, replies[2])
+	assert.Equal(t, []any{int64(0), ""}, replies[4], "the success before reset the breaker")
+	assert.Equal(t, []any{int64(0), opened}, replies[3])
+	for _, sub := range []string{"failing", "none", "open"} {
+		breaker, _, inflight := p.keys(sub)
+		for _, key := range []string{breaker, inflight} {
+			wantDump, err := dumpKey(ctx, alone, key)
+			require.NoError(t, err)
+			gotDump, err := dumpKey(ctx, batched, key)
+			require.NoError(t, err)
+			assert.Equal(t, wantDump, gotDump, "%s", key)
+		}
 	}
 }
