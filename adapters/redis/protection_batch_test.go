@@ -450,15 +450,7 @@ func TestAdmitManyMatchesSingleRuns(t *testing.T) {
 	p.admitScript.write(ctx, runs, errs)
 	assert.Equal(t, int64(2), trips.trips.Load(), "an EVALSHA pipeline, then an EVAL one (the script was never loaded)")
 
-	for i, r := range runs {
-		require.NoError(t, errs[i], "run %d", i)
-		var want []any
-		r.reply = &want
-		aloneErrs := make([]error, 1)
-		pAlone.admitScript.write(ctx, []scriptRun{r}, aloneErrs)
-		require.NoError(t, aloneErrs[0], "run %d alone", i)
-		assert.Equal(t, want, replies[i], "run %d (%s %s)", i, admits[i].sub, admits[i].holder)
-	}
+	answersAsAlone(t, pAlone.admitScript, runs, replies, errs, func(i int) string { return admits[i].sub + " " + admits[i].holder })
 	for _, i := range []int{0, 2, 3, 5, 7, 8} {
 		assert.Equal(t, []any{int64(1)}, replies[i], "run %d (%s %s) admitted", i, admits[i].sub, admits[i].holder)
 	}
@@ -467,13 +459,35 @@ func TestAdmitManyMatchesSingleRuns(t *testing.T) {
 	assert.Equal(t, int64(2), replies[12][0], "a's burst is spent")
 	for _, sub := range []string{"a", "b", "c", "open"} {
 		_, rate, inflight := p.keys(sub)
-		for _, key := range []string{rate, inflight} {
-			wantDump, err := dumpKey(ctx, alone, key)
-			require.NoError(t, err)
-			gotDump, err := dumpKey(ctx, batched, key)
-			require.NoError(t, err)
-			assert.Equal(t, wantDump, gotDump, "%s", key)
-		}
+		sameKeys(t, alone, batched, rate, inflight)
+	}
+}
+
+// answersAsAlone runs each of runs in a batch of its own, in order, with
+// script (on another server than the batch ran on) and checks that it
+// answers what the batch's run answered (replies, errs); name names run i.
+func answersAsAlone(t *testing.T, script *protectionScript, runs []scriptRun, replies [][]any, errs []error, name func(i int) string) {
+	t.Helper()
+	for i, r := range runs {
+		require.NoError(t, errs[i], "run %d", i)
+		var want []any
+		r.reply = &want
+		aloneErrs := make([]error, 1)
+		script.write(t.Context(), []scriptRun{r}, aloneErrs)
+		require.NoError(t, aloneErrs[0], "run %d alone", i)
+		assert.Equal(t, want, replies[i], "run %d (%s)", i, name(i))
+	}
+}
+
+// sameKeys checks that keys hold the same on both servers (dumpKey).
+func sameKeys(t *testing.T, want, got goredis.UniversalClient, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		wantDump, err := dumpKey(t.Context(), want, key)
+		require.NoError(t, err)
+		gotDump, err := dumpKey(t.Context(), got, key)
+		require.NoError(t, err)
+		assert.Equal(t, wantDump, gotDump, "%s", key)
 	}
 }
 
@@ -631,27 +645,13 @@ func TestFinishManyMatchesSingleRuns(t *testing.T) {
 	errs := make([]error, len(runs))
 	p.finishScript.write(ctx, runs, errs)
 
-	for i, r := range runs {
-		require.NoError(t, errs[i], "run %d", i)
-		var want []any
-		r.reply = &want
-		aloneErrs := make([]error, 1)
-		pAlone.finishScript.write(ctx, []scriptRun{r}, aloneErrs)
-		require.NoError(t, aloneErrs[0], "run %d alone", i)
-		assert.Equal(t, want, replies[i], "run %d (%s %s)", i, finishes[i].sub, finishes[i].holder)
-	}
+	answersAsAlone(t, pAlone.finishScript, runs, replies, errs, func(i int) string { return finishes[i].sub + " " + finishes[i].holder })
 	assert.Equal(t, []any{int64(0), failing}, replies[0])
 	assert.Equal(t, []any{int64(1)}, replies[2])
 	assert.Equal(t, []any{int64(0), ""}, replies[4], "the success before reset the breaker")
 	assert.Equal(t, []any{int64(0), opened}, replies[3])
 	for _, sub := range []string{"failing", "none", "open"} {
 		breaker, _, inflight := p.keys(sub)
-		for _, key := range []string{breaker, inflight} {
-			wantDump, err := dumpKey(ctx, alone, key)
-			require.NoError(t, err)
-			gotDump, err := dumpKey(ctx, batched, key)
-			require.NoError(t, err)
-			assert.Equal(t, wantDump, gotDump, "%s", key)
-		}
+		sameKeys(t, alone, batched, breaker, inflight)
 	}
 }
