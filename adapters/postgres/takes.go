@@ -70,27 +70,30 @@ func (r *recentEvents) put(e domain.Event) {
 // others, for ClaimDeliveries. When its read fails it answers none.
 func (s *Store) takeUnread(ctx context.Context, batch []*claimCall) (left []int) {
 	var takes []int
-	var missing []string
-	events := make(map[string]domain.Event)
-	asked := make(map[string]bool)
 	for i, c := range batch {
 		if !c.fresh || c.entry.EventID == "" || c.entry.ReservedUntil.IsZero() || c.entry.OrderingKey != "" {
 			left = append(left, i)
 			continue
 		}
 		takes = append(takes, i)
-		if asked[c.entry.EventID] {
-			continue
-		}
-		asked[c.entry.EventID] = true
-		if e, ok := s.recent.get(c.entry.EventID); ok {
-			events[e.ID] = e
-		} else {
-			missing = append(missing, c.entry.EventID)
-		}
 	}
 	if len(takes) == 0 {
-		return left
+		return left // plain claims: nothing to look up
+	}
+	var missing []string
+	events := make(map[string]domain.Event)
+	asked := make(map[string]bool)
+	for _, i := range takes {
+		id := batch[i].entry.EventID
+		if asked[id] {
+			continue
+		}
+		asked[id] = true
+		if e, ok := s.recent.get(id); ok {
+			events[id] = e
+		} else {
+			missing = append(missing, id)
+		}
 	}
 	version, err := s.eventsToTake(ctx, missing, events)
 	if err != nil {
