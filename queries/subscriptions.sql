@@ -54,9 +54,22 @@ WHERE id = @id;
 -- find it gone, so the deletion sees every delivery it removes.
 SELECT id FROM subscriptions WHERE id = @id FOR UPDATE;
 
+-- name: LockSubscriptionDeliveries :exec
+-- Locks the subscription's deliveries until the transaction ends. Deleting
+-- a subscription takes these locks after the subscription's and before it
+-- deletes anything: a record of an attempt holds its delivery's row lock
+-- until it commits, so once these are held every attempt stored for them
+-- is committed, and the deletion's next statement sees it. A record that
+-- comes later waits, then finds its delivery gone and stores nothing
+-- (migration 00012).
+SELECT 1 FROM deliveries WHERE deliveries.subscription_id = @id FOR UPDATE;
+
 -- name: DeleteSubscription :exec
--- Removes the subscription and its deliveries (their attempts cascade).
-WITH removed AS (
+-- Removes the subscription, its deliveries and their attempts.
+WITH attempts_removed AS (
+    DELETE FROM attempts USING deliveries
+    WHERE deliveries.subscription_id = @id AND attempts.delivery_id = deliveries.id
+), deliveries_removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = @id
 )
 DELETE FROM subscriptions WHERE subscriptions.id = @id;

@@ -19,6 +19,10 @@ import (
 // leaves it before its commit): the insert must wait for it and then leave
 // the deleted subscription out, so no delivery outlives its subscription.
 
+// Migration 00012 dropped the attempts' foreign key too: DeleteSubscription
+// deletes its deliveries' attempts itself, after locking the deliveries so
+// that a record in flight is committed first (TestDeleteWaitsForARecord).
+
 // deleting deletes subscription id in a transaction of its own, as
 // DeleteSubscription does, and leaves it open until the returned function
 // commits it.
@@ -123,4 +127,40 @@ func TestInlineFanOutWaitsForADeletionAndMatchesAgain(t *testing.T) {
 	assert.Equal(t, kept.ID, ds[0].SubscriptionID)
 	assert.Equal(t, []string{ds[0].ID}, res.created)
 	assert.Zero(t, f.orphans(t))
+}
+
+// recording updates delivery d and stores its attempt in a transaction of
+// its own, as RecordAttempts does, and leaves it open until the returned
+// function commits it.
+func (f workerFixture) recording(t *testing.T, d domain.Delivery) (commit func()) {
+	t.Helper()
+	tx, err := f.pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) })
+	_, err = tx.Exec(t.Context(), "UPDATE deliveries SET status = 'retrying', attempts = 1 WHERE id = $1", d.ID)
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `
+		INSERT INTO attempts (delivery_id, subscription_id, attempt, status_code, duration, created_at)
+		VALUES ($1, $2, 1, 500, '1 ms', now())`, d.ID, d.SubscriptionID)
+	require.NoError(t, err)
+	return func() { require.NoError(t, tx.Commit(t.Context())) }
+}
+
+func TestDeleteWaitsForARecord(t *testing.T) {
+	t.Parallel()
+	f := newWorkerFixture(t)
+	d := f.deliveries(t, 1, nil)[0]
+
+	commit := f.recording(t, d)
+	done := make(chan error, 1)
+	go func() { done <- f.store.DeleteSubscription(context.WithoutCancel(t.Context()), f.sub.ID) }()
+	f.stuckStatement(t, "LockSubscriptionDeliveries")
+	commit()
+	require.NoError(t, <-done)
+
+	var left int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM attempts WHERE delivery_id = $1", d.ID).Scan(&left))
+	assert.Zero(t, left, "the attempt committed while the deletion waited went with its delivery")
+	_, err := f.store.GetDelivery(t.Context(), d.ID)
+	assert.ErrorIs(t, err, domain.ErrNotFound)
 }

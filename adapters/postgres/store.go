@@ -204,12 +204,16 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 
 // DeleteSubscription implements ports.SubscriptionStore in one transaction:
 // it locks the subscription (so a fan-out inserting deliveries to it
-// finishes first, and later ones fail), then deletes it with its deliveries
-// (their attempts cascade). The events that lost a delivery need nothing:
-// their status is derived from the deliveries left.
+// finishes first, and later ones fail), then its deliveries (so a record of
+// an attempt in flight commits first, and later ones store nothing), then
+// deletes it with its deliveries and their attempts. The events that lost a
+// delivery need nothing: their status is derived from the deliveries left.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
 		if _, err := q.LockSubscription(ctx, id); err != nil {
+			return interpretError(err)
+		}
+		if err := q.LockSubscriptionDeliveries(ctx, id); err != nil {
 			return interpretError(err)
 		}
 		return interpretError(q.DeleteSubscription(ctx, id))

@@ -112,13 +112,16 @@ func (q *Queries) CreateSubscription(ctx context.Context, arg CreateSubscription
 }
 
 const deleteSubscription = `-- name: DeleteSubscription :exec
-WITH removed AS (
+WITH attempts_removed AS (
+    DELETE FROM attempts USING deliveries
+    WHERE deliveries.subscription_id = $1 AND attempts.delivery_id = deliveries.id
+), deliveries_removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = $1
 )
 DELETE FROM subscriptions WHERE subscriptions.id = $1
 `
 
-// Removes the subscription and its deliveries (their attempts cascade).
+// Removes the subscription, its deliveries and their attempts.
 func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, deleteSubscription, id)
 	return err
@@ -247,6 +250,22 @@ func (q *Queries) LockSubscription(ctx context.Context, id string) (string, erro
 	var id_2 string
 	err := row.Scan(&id_2)
 	return id_2, err
+}
+
+const lockSubscriptionDeliveries = `-- name: LockSubscriptionDeliveries :exec
+SELECT 1 FROM deliveries WHERE deliveries.subscription_id = $1 FOR UPDATE
+`
+
+// Locks the subscription's deliveries until the transaction ends. Deleting
+// a subscription takes these locks after the subscription's and before it
+// deletes anything: a record of an attempt holds its delivery's row lock
+// until it commits, so once these are held every attempt stored for them
+// is committed, and the deletion's next statement sees it. A record that
+// comes later waits, then finds its delivery gone and stores nothing
+// (migration 00012).
+func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, lockSubscriptionDeliveries, id)
+	return err
 }
 
 const updateSubscription = `-- name: UpdateSubscription :exec
