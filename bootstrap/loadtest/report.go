@@ -94,7 +94,7 @@ type DeliveryStats struct {
 	// or at paths that are not a subscription's.
 	Unexpected int64 `json:"unexpected"`
 	// Verified is how many signatures were checked; BadSignatures how many
-	// of them the Standard Webhooks library refused.
+	// of them were refused (as the Standard Webhooks library refuses).
 	Verified      int64  `json:"verified"`
 	BadSignatures int64  `json:"bad_signatures"`
 	FirstBadSig   string `json:"first_bad_signature,omitempty"`
