@@ -93,8 +93,8 @@ type endpoint struct {
 // Receiver is the webhook endpoint of every subscription of a run: a
 // keep-alive HTTP server on 127.0.0.1 with one path per subscription
 // (/s/<index>). It verifies signatures as the Standard Webhooks library
-// does (signatureKey), answers after the configured latency, fails the configured share of
-// requests with 500, and records every request.
+// does (signatureKey), answers after the configured latency, fails the
+// configured share of requests with 500, and records every request.
 type Receiver struct {
 	latency      time.Duration
 	failureRate  float64
