@@ -32,7 +32,9 @@ var (
 // content ("<id>.<unix seconds>.<body>", the seconds as parsed from the
 // header), the same tolerance, and the same reading of the signature
 // header. TestSignatureKeyAgreesWithTheLibrary holds it to the library on
-// every case the two could differ on.
+// every case the two could differ on. It is not domain.Verify on purpose:
+// the receiver checks Dispatch's signatures against the standard, not
+// against Dispatch's own code.
 //
 // The receiver checks every request by default, and it shares the machine
 // with what it measures. The library's check copies the body into a
