@@ -121,13 +121,13 @@ func AsyncCommits() ConnectOption {
 }
 
 // DefaultMaxConns is the pool size when the DSN does not set one: enough
-// connections for the API's event writers (two batches at once), fan-out,
-// the scheduler's scans and reads to overlap their round trips, and few
-// enough that a handful of processes stay well under PostgreSQL's default
-// max_connections of 100. The worker's claims and attempt records run on
-// the batch pool (ConnectBatches, batchMaxConns more), so a process holds
-// at most 16 connections by default on up to 2 cores: four workers and an
-// api with its scheduler hold 80 at most.
+// connections for the API's event writer, fan-out, the scheduler's scans
+// and reads to overlap their round trips, and few enough that a handful of
+// processes stay well under PostgreSQL's default max_connections of 100.
+// The worker's claims and attempt records run on the batch pool
+// (ConnectBatches, batchMaxConns more), so a process holds at most 16
+// connections by default on up to 2 cores: four workers and an api with
+// its scheduler hold 80 at most.
 func DefaultMaxConns() int32 {
 	return int32(max(12, 6*runtime.GOMAXPROCS(0)))
 }

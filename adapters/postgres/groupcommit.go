@@ -22,9 +22,16 @@ import (
 const (
 	maxEventBatch      = 512
 	maxEventBatchBytes = 4 << 20
-	// eventWriters is how many batches are written at once: while one
-	// waits for its WAL flush, the next is on its way.
-	eventWriters = 2
+	// eventWriters is how many batches are written at once. One: the
+	// calls that arrive while a batch waits for its WAL flush make the
+	// next batch, twice as big as with two writers, and PostgreSQL
+	// flushes its WAL one flush at a time anyway, so a second writer's
+	// batch mostly waited for the first one's flush. Measured on a machine
+	// whose flush took 1–2 ms under load (docs/performance.md, *One event
+	// writer*): W1 +6 % and W3 +5 % with a quarter less PostgreSQL CPU
+	// per event; where the flush was faster, the same events/s with a
+	// third less of it.
+	eventWriters = 1
 )
 
 // maxSubscriptionRaces bounds how often a batch with events fanned out
