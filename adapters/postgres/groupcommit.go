@@ -28,9 +28,9 @@ const (
 	// flushes its WAL one flush at a time anyway, so a second writer's
 	// batch mostly waited for the first one's flush. Measured on a machine
 	// whose flush took 1–2 ms under load (docs/performance.md, *One event
-	// writer*): W1 +6 % and W3 +5 % with a quarter less PostgreSQL CPU
-	// per event; where the flush was faster, the same events/s with a
-	// third less of it.
+	// writer*): W3 +5–7 %, W1 within the noise, and a quarter less
+	// PostgreSQL CPU per event; where the flush was faster, the same
+	// events/s with a third less of it.
 	eventWriters = 1
 )
 
