@@ -168,11 +168,14 @@ func TestThousands(t *testing.T) {
 	}
 }
 
-// TestStartPeakOver grows this process by 64 MiB, frees it, and checks
+// TestStartPeakOver grows this process by 128 MiB, frees it, and checks
 // that the peak starts over. Not parallel: other tests' allocations must
-// not raise the peak meanwhile.
+// not raise the peak meanwhile. Under the race detector only about half
+// of what is freed leaves the resident set (presumably the detector's
+// shadow of the freed pages stays), so the peak must fall by a quarter of
+// it: without the fresh start it does not fall at all.
 func TestStartPeakOver(t *testing.T) {
-	const size = 64 << 20
+	const size = 128 << 20
 	b := make([]byte, size)
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 1 // touch every page so it is resident
@@ -189,7 +192,7 @@ func TestStartPeakOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after > grown-size/2 {
-		t.Errorf("peak RSS after starting over = %d MiB, want well below the %d MiB it reached with 64 MiB more", after>>20, grown>>20)
+	if after > grown-size/4 {
+		t.Errorf("peak RSS after starting over = %d MiB, want well below the %d MiB it reached with %d MiB more", after>>20, grown>>20, size>>20)
 	}
 }
