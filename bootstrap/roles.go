@@ -108,6 +108,11 @@ func handlersFor(concurrency int) int {
 	return concurrency + max(concurrency/4, 1)
 }
 
+// fanOutHandlers is how many fan-out calls a worker runs at once, each a
+// read of up to 100 events and one statement for their deliveries; the
+// worker warms a connection for each (postgres.Store.WarmFanOut).
+const fanOutHandlers = 2
+
 // workerModule runs fan-out and delivery consumers.
 var workerModule = fx.Module("worker",
 	fx.Provide(newWarmedDeliveries),
@@ -124,7 +129,7 @@ var workerModule = fx.Module("worker",
 		}
 		fanoutConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.EventStream, Group: application.FanOutGroup, Name: name,
-			Batch: 100, Block: time.Second, Concurrency: 2, OnError: onErr,
+			Batch: 100, Block: time.Second, Concurrency: fanOutHandlers, OnError: onErr,
 			Valid:       func(body string) bool { return domain.IsID(domain.EventIDPrefix, body) },
 			OnMalformed: onMalformed(ports.EventStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {

@@ -24,6 +24,12 @@ type (
 	protectionWarmer interface{ Warm(context.Context) error }
 )
 
+// fanOutWarmer readies a connection for each of the worker's fan-out
+// handlers (postgres.Store.WarmFanOut).
+type fanOutWarmer interface {
+	WarmFanOut(ctx context.Context, handlers int) error
+}
+
 // warmedIngest is the API's warm-up, done on start before its server
 // listens (newAPIServer depends on it, so its hook runs first).
 type warmedIngest struct{}
@@ -42,6 +48,11 @@ type warmedDeliveries struct{}
 func newWarmedDeliveries(lc fx.Lifecycle, store ports.Store, p protections, log *slog.Logger) warmedDeliveries {
 	if w, ok := store.(deliveryWarmer); ok {
 		lc.Append(fx.StartHook(func(ctx context.Context) { warm(ctx, log, "deliveries", w.WarmDeliveries) }))
+	}
+	if w, ok := store.(fanOutWarmer); ok {
+		lc.Append(fx.StartHook(func(ctx context.Context) {
+			warm(ctx, log, "fan-out", func(ctx context.Context) error { return w.WarmFanOut(ctx, fanOutHandlers) })
+		}))
 	}
 	if w, ok := p.Protection.(protectionWarmer); ok {
 		lc.Append(fx.StartHook(func(ctx context.Context) { warm(ctx, log, "protection", w.Warm) }))

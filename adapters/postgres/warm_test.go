@@ -115,3 +115,24 @@ func TestWarmDeliveriesWithoutABatchPoolHasNothingToPrepare(t *testing.T) {
 	require.NoError(t, store.WarmDeliveries(t.Context()))
 	assert.Zero(t, total(prepared(t, pool, "name: ClaimDeliveries")), "no connection prepared a batch statement")
 }
+
+// TestWarmFanOutPreparesTheStageReads checks that WarmFanOut opens a
+// connection per fan-out handler with the stage's reads prepared, so the
+// first events fanned out after a start neither dial nor prepare.
+func TestWarmFanOutPreparesTheStageReads(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	marks := []string{"name: GetEvents", "name: ActiveSubscriptions"}
+
+	assert.Zero(t, total(prepared(t, pool, marks...)), "nothing is prepared before the warm-up")
+	require.NoError(t, store.WarmFanOut(t.Context(), 2))
+
+	warmed := 0
+	for _, n := range prepared(t, pool, marks...) {
+		if n == len(marks) {
+			warmed++
+		}
+	}
+	assert.Equal(t, 2, warmed, "two connections have both reads prepared")
+}
