@@ -75,6 +75,32 @@ func benchCases(opts BenchOptions) ([]benchCase, error) {
 	return cases, nil
 }
 
+// benchStep is one run of a bench: cases[c], the run-th time.
+type benchStep struct{ c, run int }
+
+// benchSchedule orders the runs of cases: each workload's runs one after
+// the other, except that the variants of one workload (W6's worker
+// counts) take turns, run 1 of each, then run 2 of each, and so on. W6's
+// target compares its variants with one another, and this machine's
+// speed drifts within minutes: taking turns lets the drift fall on every
+// variant alike instead of on whichever ran last.
+func benchSchedule(cases []benchCase, runs int) []benchStep {
+	var steps []benchStep
+	for first := 0; first < len(cases); {
+		end := first + 1
+		for end < len(cases) && cases[end].workload.Name == cases[first].workload.Name {
+			end++
+		}
+		for run := 1; run <= runs; run++ {
+			for c := first; c < end; c++ {
+				steps = append(steps, benchStep{c: c, run: run})
+			}
+		}
+		first = end
+	}
+	return steps
+}
+
 // Bench runs the suite, writing <Out>/<case>-<run>.{json,md,png} and
 // <Out>/summary.md. A failed run is reported in the summary and the
 // suite goes on; the error lists every failure.
@@ -123,30 +149,29 @@ func Bench(ctx context.Context, opts BenchOptions) error {
 		return l
 	}
 	gauges.before = gauge("before the first run")
-	for i, c := range cases {
-		for run := 1; run <= opts.Runs; run++ {
-			if ctx.Err() != nil {
-				return errors.Join(append(failures, ctx.Err())...)
-			}
-			fmt.Fprintf(opts.Log, "== %s run %d/%d: %s\n", c.name, run, opts.Runs, c.workload.Title)
-			r, err := Run(ctx, c.cfg, Options{Progress: opts.Progress, Stderr: opts.Stderr})
-			if err != nil {
-				failures = append(failures, fmt.Errorf("%s run %d: %w", c.name, run, err))
-				fmt.Fprintf(opts.Log, "%s run %d failed: %v\n", c.name, run, err)
-			}
-			if r == nil {
-				continue
-			}
-			base := filepath.Join(opts.Out, fmt.Sprintf("%s-%d", c.name, run))
-			if err := WriteFiles(r, base+".json", base+".md", base+".png"); err != nil {
-				failures = append(failures, err)
-			}
-			results[i] = append(results[i], r)
-			var md bytes.Buffer
-			_ = r.WriteMarkdown(&md)
-			_, _ = opts.Log.Write(md.Bytes())
-			fmt.Fprintln(opts.Log)
+	for _, step := range benchSchedule(cases, opts.Runs) {
+		c, run := cases[step.c], step.run
+		if ctx.Err() != nil {
+			return errors.Join(append(failures, ctx.Err())...)
 		}
+		fmt.Fprintf(opts.Log, "== %s run %d/%d: %s\n", c.name, run, opts.Runs, c.workload.Title)
+		r, err := Run(ctx, c.cfg, Options{Progress: opts.Progress, Stderr: opts.Stderr})
+		if err != nil {
+			failures = append(failures, fmt.Errorf("%s run %d: %w", c.name, run, err))
+			fmt.Fprintf(opts.Log, "%s run %d failed: %v\n", c.name, run, err)
+		}
+		if r == nil {
+			continue
+		}
+		base := filepath.Join(opts.Out, fmt.Sprintf("%s-%d", c.name, run))
+		if err := WriteFiles(r, base+".json", base+".md", base+".png"); err != nil {
+			failures = append(failures, err)
+		}
+		results[step.c] = append(results[step.c], r)
+		var md bytes.Buffer
+		_ = r.WriteMarkdown(&md)
+		_, _ = opts.Log.Write(md.Bytes())
+		fmt.Fprintln(opts.Log)
 	}
 	gauges.after = gauge("after the last run")
 	summary, err := os.Create(filepath.Join(opts.Out, "summary.md"))

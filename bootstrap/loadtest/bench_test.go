@@ -3,8 +3,10 @@ package loadtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,21 @@ func TestBenchRefusesANegativeMachineProbe(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "--machine-probe must not be negative") {
 		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+func TestBenchTakesTurnsBetweenAWorkloadsVariants(t *testing.T) {
+	t.Parallel()
+	cases, err := benchCases(BenchOptions{Only: []string{"W1", "W6", "W2"}, Base: baseConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range benchSchedule(cases, 2) {
+		got = append(got, fmt.Sprintf("%s-%d", cases[s.c].name, s.run))
+	}
+	want := []string{"W1-1", "W1-2", "W6-1w-1", "W6-2w-1", "W6-4w-1", "W6-1w-2", "W6-2w-2", "W6-4w-2", "W2-1", "W2-2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs in the order %v, want %v", got, want)
 	}
 }

@@ -21,7 +21,8 @@ type Workload struct {
 	// Quick scales Apply's settings down for development runs.
 	Quick func(*Config)
 	// WorkerSweep, when set, makes the bench suite run the workload once
-	// per entry with that many worker processes.
+	// per entry with that many worker processes, the variants taking turns
+	// (benchSchedule).
 	WorkerSweep []int
 }
 
