@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/valyala/fasthttp"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -256,6 +257,36 @@ type HTTPServer struct {
 	ln  net.Listener
 }
 
+// FastHTTPServer is a listening fasthttp server owned by the fx lifecycle.
+type FastHTTPServer struct {
+	srv *fasthttp.Server
+	ln  net.Listener
+}
+
+// Addr is the address the server listens on (useful with port 0).
+func (s *FastHTTPServer) Addr() string { return s.ln.Addr().String() }
+
+func serveFastHTTP(lc fx.Lifecycle, addr string, srv *fasthttp.Server, log *slog.Logger) *FastHTTPServer {
+	s := &FastHTTPServer{srv: srv}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			s.ln = ln
+			go func() {
+				if err := s.srv.Serve(ln); err != nil {
+					log.Error("HTTP server stopped", "addr", addr, "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) },
+	})
+	return s
+}
+
 // Addr is the address the server listens on (useful with port 0).
 func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
 
@@ -281,7 +312,7 @@ func serveHTTP(lc fx.Lifecycle, addr string, handler http.Handler, log *slog.Log
 }
 
 // APIServer is the HTTP API's server.
-type APIServer struct{ *HTTPServer }
+type APIServer struct{ *FastHTTPServer }
 
 // apiModule serves the HTTP API with /metrics on ListenAddr.
 var apiModule = fx.Module("api",
@@ -294,10 +325,10 @@ func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus
 	deliveries *application.Deliveries, ready Ready, _ warmedIngest,
 ) *APIServer {
 	mux := http.NewServeMux()
-	httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
+	api := httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
 		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return &APIServer{serveHTTP(lc, cfg.ListenAddr, mux, log)}
+	return &APIServer{serveFastHTTP(lc, cfg.ListenAddr, httpapi.NewServer(api, mux, log), log)}
 }
 
 // adminModule serves /health, /ready and /metrics for worker and scheduler

@@ -68,7 +68,7 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key from DISPATCH_API_KEYS."},
 	}
-	api := humago.New(mux, hc)
+	api := huma.NewAPI(hc, &capturingAdapter{Adapter: humago.NewAdapter(mux, "")})
 	h := &handlers{
 		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, accepted: uc.EventAccepted,
 		log: log, maxEventBytes: cfg.MaxEventBytes, slowPublish: slowPublish,

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2"
+
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/ports"
@@ -29,17 +31,23 @@ func (acceptingQueue) Publish(context.Context, string, ...string) error { return
 // publishAPI is the API on a memory store with a fixed clock, with the fast
 // publish path on or off.
 func publishAPI(slow bool) *http.ServeMux {
+	mux, _ := publishServer(slow)
+	return mux
+}
+
+// publishServer is publishAPI's mux with the huma API on it.
+func publishServer(slow bool) (*http.ServeMux, huma.API) {
 	store := memory.NewStore()
 	clock := fixedClock{time.Date(2026, 5, 4, 3, 2, 1, 123456000, time.UTC)}
 	mux := http.NewServeMux()
-	newAPI(mux, Config{Version: "test", APIKeys: []string{"k1"}, MaxEventBytes: 4096},
+	api := newAPI(mux, Config{Version: "test", APIKeys: []string{"k1"}, MaxEventBytes: 4096},
 		UseCases{
 			Ingest:        &application.Ingest{Events: store, Queue: acceptingQueue{}, Clock: clock},
 			Subscriptions: &application.Subscriptions{Store: store, Clock: clock},
 			Events:        &application.Events{Events: store, Deliveries: store},
 			Deliveries:    &application.Deliveries{Deliveries: store, Subscriptions: store, Queue: acceptingQueue{}, Clock: clock},
 		}, slog.New(slog.NewTextHandler(io.Discard, nil)), slow)
-	return mux
+	return mux, api
 }
 
 // answer is a response with the event id taken out, so the two paths'
