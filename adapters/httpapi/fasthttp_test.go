@@ -176,3 +176,22 @@ func TestFastHTTPServerServesTheRestThroughNetHTTP(t *testing.T) {
 		tr.compare(t, r)
 	}
 }
+
+// A request whose line and headers pass maxHeaderBytes is refused with
+// 431; one just under it is served.
+func TestFastHTTPServerBoundsTheHeaders(t *testing.T) {
+	t.Parallel()
+	tr := newTransports(t)
+	for _, tc := range []struct {
+		size int
+		want int
+	}{
+		{maxHeaderBytes - 1024, http.StatusOK},
+		{maxHeaderBytes, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		r := request{method: http.MethodGet, path: "/v1/subscriptions", header: map[string]string{"X-Padding": strings.Repeat("p", tc.size)}}
+		if code, _, body := r.send(t, tr.fastURL); code != tc.want {
+			t.Errorf("%d bytes of headers: %d %s, want %d", tc.size, code, body, tc.want)
+		}
+	}
+}
