@@ -55,12 +55,13 @@ func (a *capturingAdapter) Handle(op *huma.Operation, handler func(huma.Context)
 // Bodies up to the publish limit are read before the handler runs; longer
 // ones are streamed to it, so that huma's own limits answer them.
 func NewServer(api huma.API, fallback http.Handler, log *slog.Logger) *fasthttp.Server {
+	captured, _ := api.Adapter().(*capturingAdapter)
 	limit := DefaultMaxEventBytes
-	if a, ok := api.Adapter().(*capturingAdapter); ok && a.publishOp != nil && a.publishOp.MaxBodyBytes > 0 {
-		limit = int(a.publishOp.MaxBodyBytes)
+	if captured != nil && captured.publishOp != nil && captured.publishOp.MaxBodyBytes > 0 {
+		limit = int(captured.publishOp.MaxBodyBytes)
 	}
 	return &fasthttp.Server{
-		Handler:               fastHandler(api, fallback),
+		Handler:               fastHandler(captured, fallback),
 		ReadTimeout:           10 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		ReadBufferSize:        maxHeaderBytes,
@@ -79,12 +80,11 @@ func (l serverLog) Printf(format string, args ...any) {
 	l.log.Warn("HTTP server: " + fmt.Sprintf(format, args...))
 }
 
-// fastHandler serves publishes natively and everything else through
-// fallback.
-func fastHandler(api huma.API, fallback http.Handler) fasthttp.RequestHandler {
+// fastHandler serves the publishes a captured natively and everything
+// else through fallback.
+func fastHandler(a *capturingAdapter, fallback http.Handler) fasthttp.RequestHandler {
 	slow := fasthttpadaptor.NewFastHTTPHandler(fallback)
-	a, ok := api.Adapter().(*capturingAdapter)
-	if !ok || a.publish == nil {
+	if a == nil || a.publish == nil {
 		return slow
 	}
 	path := a.publishOp.Path
@@ -115,11 +115,11 @@ func (c *fastContext) Context() context.Context { return context.Background() }
 func (c *fastContext) TLS() *tls.ConnectionState { return c.ctx.TLSConnectionState() }
 
 func (c *fastContext) Version() huma.ProtoVersion {
-	major, minor := 1, 1
+	minor := 1
 	if !c.ctx.Request.Header.IsHTTP11() {
 		minor = 0
 	}
-	return huma.ProtoVersion{Proto: string(c.ctx.Request.Header.Protocol()), ProtoMajor: major, ProtoMinor: minor}
+	return huma.ProtoVersion{Proto: string(c.ctx.Request.Header.Protocol()), ProtoMajor: 1, ProtoMinor: minor}
 }
 
 func (c *fastContext) Method() string     { return string(c.ctx.Method()) }
