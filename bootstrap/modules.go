@@ -253,45 +253,32 @@ func newReady(store ports.Store, queue ports.Queue) Ready {
 
 // HTTPServer is a listening HTTP server owned by the fx lifecycle.
 type HTTPServer struct {
-	srv *http.Server
+	srv server
 	ln  net.Listener
 }
 
-// FastHTTPServer is a listening fasthttp server owned by the fx lifecycle.
-type FastHTTPServer struct {
-	srv *fasthttp.Server
-	ln  net.Listener
+// server is what an HTTPServer runs: net/http's server, or fasthttp's
+// (the API's) as fastServer.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
 }
 
-// Addr is the address the server listens on (useful with port 0).
-func (s *FastHTTPServer) Addr() string { return s.ln.Addr().String() }
+// fastServer is fasthttp's server with Shutdown taking a context.
+type fastServer struct{ *fasthttp.Server }
 
-func serveFastHTTP(lc fx.Lifecycle, addr string, srv *fasthttp.Server, log *slog.Logger) *FastHTTPServer {
-	s := &FastHTTPServer{srv: srv}
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", addr, err)
-			}
-			s.ln = ln
-			go func() {
-				if err := s.srv.Serve(ln); err != nil {
-					log.Error("HTTP server stopped", "addr", addr, "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) },
-	})
-	return s
-}
+func (s fastServer) Shutdown(ctx context.Context) error { return s.ShutdownWithContext(ctx) }
 
 // Addr is the address the server listens on (useful with port 0).
 func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
 
+// serveHTTP serves handler on addr with net/http's server.
 func serveHTTP(lc fx.Lifecycle, addr string, handler http.Handler, log *slog.Logger) *HTTPServer {
-	s := &HTTPServer{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}}
+	return serve(lc, addr, &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, log)
+}
+
+func serve(lc fx.Lifecycle, addr string, srv server, log *slog.Logger) *HTTPServer {
+	s := &HTTPServer{srv: srv}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			ln, err := net.Listen("tcp", addr)
@@ -312,7 +299,7 @@ func serveHTTP(lc fx.Lifecycle, addr string, handler http.Handler, log *slog.Log
 }
 
 // APIServer is the HTTP API's server.
-type APIServer struct{ *FastHTTPServer }
+type APIServer struct{ *HTTPServer }
 
 // apiModule serves the HTTP API with /metrics on ListenAddr.
 var apiModule = fx.Module("api",
@@ -328,7 +315,7 @@ func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus
 	api := httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
 		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return &APIServer{serveFastHTTP(lc, cfg.ListenAddr, httpapi.NewServer(api, mux, log), log)}
+	return &APIServer{serve(lc, cfg.ListenAddr, fastServer{httpapi.NewServer(api, mux, log)}, log)}
 }
 
 // adminModule serves /health, /ready and /metrics for worker and scheduler
