@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/valyala/fasthttp"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 

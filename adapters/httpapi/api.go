@@ -54,7 +54,7 @@ type handlers struct {
 }
 
 // New registers every operation on mux and returns the huma API (for the
-// OpenAPI document).
+// OpenAPI document, and for NewServer to serve it).
 func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API {
 	return newAPI(mux, cfg, uc, log, false)
 }

@@ -200,11 +200,10 @@ func writeCeilings(w io.Writer, limits []Limit, cores float64) error {
 	// A publish and a webhook are both an exchange with fasthttp's server
 	// (the API's, the receiver's) from a lean client (the generator's, the
 	// worker's sender): the webhook path's probe measures one.
-	http := cost[limitWebhookHTTP]
-	hook := http
+	exchange := cost[limitWebhookHTTP]
 	bare, one, deliver := cost[limitStorePublish0], cost[limitStorePublish1], cost[limitStoreDeliver]
 	row, bareDeliver := cost[limitBareInsert], cost[limitBareDeliver]
-	if hook == 0 || bare == 0 || one == 0 || deliver == 0 || row == 0 || bareDeliver == 0 {
+	if exchange == 0 || bare == 0 || one == 0 || deliver == 0 || row == 0 || bareDeliver == 0 {
 		_, err := io.WriteString(w, "\nNo ceilings: the machine's busy time could not be read.\n")
 		return err
 	}
@@ -215,11 +214,11 @@ func writeCeilings(w io.Writer, limits []Limit, cores float64) error {
 	fmt.Fprintf(&b, "\nCeilings on %.0f cores (machine time of the steps each workload cannot skip, summed; "+
 		"Redis and the roles' own work left out, so the true ceilings are lower):\n\n", cores)
 	fmt.Fprintf(&b, "| workload | steps | with Dispatch's store (per item) | with the bare minimum (per item) | target |\n|---|---|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| W1 | publish exchange + event stored | %s | %s | 15,000/s |\n", ceiling(http+bare), ceiling(http+row))
+	fmt.Fprintf(&b, "| W1 | publish exchange + event stored | %s | %s | 15,000/s |\n", ceiling(exchange+bare), ceiling(exchange+row))
 	fmt.Fprintf(&b, "| W3 | publish exchange + event and delivery stored + take and record + webhook exchange | %s | %s | 8,000/s |\n",
-		ceiling(http+hook+one+deliver), ceiling(http+hook+2*row+bareDeliver))
+		ceiling(2*exchange+one+deliver), ceiling(2*exchange+2*row+bareDeliver))
 	fmt.Fprintf(&b, "| W4 | take and record + webhook exchange (fan-out's insert left out) | %s | %s | 15,000/s |\n",
-		ceiling(hook+deliver), ceiling(hook+bareDeliver))
+		ceiling(exchange+deliver), ceiling(exchange+bareDeliver))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
