@@ -20,7 +20,21 @@ type FanOut struct {
 	// VisibilityTimeout is the scheduler's (see Schedule); new deliveries
 	// are reserved for as long (see entries.go).
 	VisibilityTimeout time.Duration
+	// Lag, when set with MaxUnread above 0, holds a batch back while the
+	// delivery stream has more than MaxUnread entries no worker has read
+	// yet (see awaitWorkers).
+	Lag       ports.StreamLag
+	MaxUnread int64
 }
+
+// DefaultFanOutMaxUnread is how many delivery-stream entries the workers may
+// have left to read before the fan-out stage waits for them: about a second
+// of work at the highest rates measured (docs/performance.md), so workers
+// never run dry while a held-back batch is read, matched and written.
+const DefaultFanOutMaxUnread = 16384
+
+// backlogPoll is how often a held-back fan-out looks at the stream again.
+const backlogPoll = 10 * time.Millisecond
 
 // Handle fans out a batch of events in one store transaction and appends the
 // new deliveries to the delivery stream. It is idempotent: an event already
@@ -29,6 +43,9 @@ type FanOut struct {
 // ErrEnqueueDeferred: the deliveries are committed and the scheduler's scan
 // enqueues them, so the stream entries may be acknowledged.
 func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
+	if err := uc.awaitWorkers(ctx); err != nil {
+		return err
+	}
 	events, err := uc.Events.GetEvents(ctx, eventIDs)
 	if err != nil {
 		return fmt.Errorf("load events: %w", err)
@@ -59,6 +76,43 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
 	}
 	return nil
+}
+
+// awaitWorkers waits while the workers have more than MaxUnread entries of
+// the delivery stream still to read (backpressure). An event fans out to as
+// many deliveries as it has subscriptions, far faster than they are
+// delivered: unchecked, a burst of publishes fills the stream (Redis's
+// memory) with entries that wait there for minutes, past the reservation
+// their deliveries were given (VisibilityTimeout), while writing them takes
+// the CPU and PostgreSQL the deliveries in front of them need. Held back,
+// the events wait in their own stream instead, durable in PostgreSQL.
+//
+// It waits at most a sixth of the visibility timeout, then fans out anyway,
+// so a batch is acknowledged well before the scheduler would hand its
+// entries to another consumer, and fan-out goes on, slowly, while no worker
+// reads the deliveries at all. A lag it cannot read does not hold the batch
+// back; only ctx ending does: it returns ctx's error, and the batch stays
+// in the stream.
+func (uc *FanOut) awaitWorkers(ctx context.Context) error {
+	if uc.Lag == nil || uc.MaxUnread <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(visibilityTimeout(uc.VisibilityTimeout) / 6)
+	for {
+		lag, err := uc.Lag.Lag(ctx, ports.DeliveryStream, DeliverGroup)
+		if err != nil || lag.Unread <= uc.MaxUnread {
+			return ctx.Err()
+		}
+		wait := min(backlogPoll, time.Until(deadline))
+		if wait <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // stored returns the deliveries of made whose ids are in ids, in the order

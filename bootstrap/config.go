@@ -78,6 +78,10 @@ type Config struct {
 	// InlineFanOutMax is the most deliveries an event may have to be fanned
 	// out in its ingest transaction; 0 turns inline fan-out off.
 	InlineFanOutMax int
+	// FanOutMaxUnread is how many delivery-stream entries the workers may
+	// have left to read before the fan-out stage waits for them; 0 never
+	// waits (application.FanOut.MaxUnread).
+	FanOutMaxUnread int64
 	// MaxEventBytes bounds a publish request body.
 	MaxEventBytes int64
 	// IdempotencyWindow is how long an idempotency key is remembered.
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		VisibilityTimeout:       application.DefaultVisibilityTimeout,
 		WorkerConcurrency:       DefaultConcurrency,
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
+		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
 		SecretRotationOverlap:   domain.DefaultRotationOverlap,
@@ -166,6 +171,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
+	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
 	parse((*durationValue)(&c.SecretRotationOverlap), "secret-rotation-overlap", "how long a rotated-out signing secret keeps signing")
@@ -192,6 +198,7 @@ func (c *Config) Validate() error {
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
+	check(c.FanOutMaxUnread >= 0, "fanout-max-unread must be at least 0, got %d", c.FanOutMaxUnread)
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
 	check(c.SecretRotationOverlap >= 0 && c.SecretRotationOverlap <= 30*24*time.Hour,
 		"secret-rotation-overlap must be 0..720h, got %s", c.SecretRotationOverlap)

@@ -160,8 +160,9 @@ var coreModule = fx.Module("core",
 				VisibilityTimeout: cfg.VisibilityTimeout}
 		},
 		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config) *application.FanOut {
+			lag, _ := queue.(ports.StreamLag)
 			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock,
-				VisibilityTimeout: cfg.VisibilityTimeout}
+				VisibilityTimeout: cfg.VisibilityTimeout, Lag: lag, MaxUnread: cfg.FanOutMaxUnread}
 		},
 		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{

@@ -140,6 +140,8 @@ var workerModule = fx.Module("worker",
 				case errors.Is(err, application.ErrEnqueueDeferred):
 					m.EnqueueDeferred()
 					log.Warn("deliveries committed but not enqueued; the scheduler will enqueue them", "error", err)
+				case ctx.Err() != nil:
+					return nil // stopping: the events stay pending in the stream
 				default:
 					log.Error("fan-out failed; the events stay pending in the stream", "events", len(ids), "error", err)
 					return nil
@@ -249,7 +251,7 @@ func exportGauges(ctx context.Context, log *slog.Logger, m *metrics.Metrics, bac
 	if lagging != nil {
 		for stream, group := range map[string]string{ports.EventStream: application.FanOutGroup, ports.DeliveryStream: application.DeliverGroup} {
 			if lag, err := lagging.Lag(ctx, stream, group); err == nil {
-				m.StreamLag(stream, lag)
+				m.StreamLag(stream, lag.Total())
 			} else if ctx.Err() == nil {
 				log.Warn("stream lag gauge not refreshed", "stream", stream, "error", err)
 			}

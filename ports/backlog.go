@@ -17,12 +17,24 @@ type Backlog interface {
 	UndeliveredCounts(ctx context.Context) (map[domain.DeliveryStatus]int64, error)
 }
 
-// StreamLag tells how far a consumer group is behind, for the
-// dispatch_stream_lag gauge.
+// StreamLag tells how far a consumer group is behind: for the
+// dispatch_stream_lag gauge, and for the fan-out stage, which holds back
+// while the workers have much of the delivery stream still to read.
 type StreamLag interface {
-	// Lag returns how many entries of stream group has not finished: those
-	// it has not read yet plus those read but not acknowledged. A group that
-	// does not exist yet has every entry of the stream to go; a stream that
+	// Lag returns the entries of stream that group has not finished: those
+	// it has not read yet and those read but not acknowledged. A group that
+	// does not exist yet has every entry of the stream unread; a stream that
 	// does not exist has none.
-	Lag(ctx context.Context, stream, group string) (int64, error)
+	Lag(ctx context.Context, stream, group string) (GroupLag, error)
 }
+
+// GroupLag is how far a consumer group is behind on a stream.
+type GroupLag struct {
+	// Unread counts the entries no consumer of the group has read yet.
+	Unread int64
+	// Pending counts the entries read but not acknowledged yet.
+	Pending int64
+}
+
+// Total is every entry the group has not finished.
+func (l GroupLag) Total() int64 { return l.Unread + l.Pending }

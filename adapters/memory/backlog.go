@@ -26,20 +26,20 @@ func (s *Store) UndeliveredCounts(context.Context) (map[domain.DeliveryStatus]in
 }
 
 // Lag implements ports.StreamLag.
-func (q *Queue) Lag(_ context.Context, stream, group string) (int64, error) {
+func (q *Queue) Lag(_ context.Context, stream, group string) (ports.GroupLag, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s, ok := q.streams[stream]
 	if !ok {
-		return 0, nil
+		return ports.GroupLag{}, nil
 	}
 	g, ok := s.groups[group]
 	if !ok {
-		return int64(len(s.entries)), nil
+		return ports.GroupLag{Unread: int64(len(s.entries))}, nil
 	}
 	unread := 0
 	for i := len(s.entries) - 1; i >= 0 && compareQueueEntryIDs(s.entries[i].id, g.lastDelivered) > 0; i-- {
 		unread++
 	}
-	return int64(unread + len(g.pending)), nil
+	return ports.GroupLag{Unread: int64(unread), Pending: int64(len(g.pending))}, nil
 }

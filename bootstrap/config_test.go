@@ -1,0 +1,50 @@
+package bootstrap_test
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/bootstrap"
+)
+
+func TestFanOutMaxUnreadConfig(t *testing.T) {
+	parse := func(env string, args ...string) (bootstrap.Config, error) {
+		t.Setenv("DISPATCH_FANOUT_MAX_UNREAD", env)
+		cfg := bootstrap.DefaultConfig()
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg.Flags(fs)
+		if err := fs.Parse(args); err != nil {
+			return cfg, err
+		}
+		return cfg, cfg.Validate()
+	}
+
+	if got := bootstrap.DefaultConfig().FanOutMaxUnread; got != application.DefaultFanOutMaxUnread {
+		t.Errorf("default = %d, want %d", got, application.DefaultFanOutMaxUnread)
+	}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want int64
+	}{
+		{"0", nil, 0},
+		{"20000", nil, 20000},
+		{"20000", []string{"--fanout-max-unread", "500"}, 500},
+	} {
+		if cfg, err := parse(tc.env, tc.args...); err != nil || cfg.FanOutMaxUnread != tc.want {
+			t.Errorf("env %q, args %q: %d, %v; want %d", tc.env, tc.args, cfg.FanOutMaxUnread, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"-1", "fanout-max-unread must be at least 0, got -1"},
+		{"many", "$DISPATCH_FANOUT_MAX_UNREAD"},
+	} {
+		if _, err := parse(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DISPATCH_FANOUT_MAX_UNREAD=%q: error %v, want it to contain %q", tc.env, err, tc.want)
+		}
+	}
+}
