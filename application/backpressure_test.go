@@ -49,11 +49,12 @@ func TestFanOutWaitsForTheWorkersToReadTheBacklog(t *testing.T) {
 		unread    []int64
 		err       error
 		wantCalls int
+		wantHeld  bool
 	}{
-		{"below the bound", 100, []int64{100}, nil, 1},
-		{"above, then read down", 100, []int64{500, 101, 100}, nil, 3},
-		{"no bound", 0, []int64{1 << 30}, nil, 0},
-		{"lag unreadable", 100, nil, errors.New("redis down"), 1},
+		{"below the bound", 100, []int64{100}, nil, 1, false},
+		{"above, then read down", 100, []int64{500, 101, 100}, nil, 3, true},
+		{"no bound", 0, []int64{1 << 30}, nil, 0, false},
+		{"lag unreadable", 100, nil, errors.New("redis down"), 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -62,8 +63,16 @@ func TestFanOutWaitsForTheWorkersToReadTheBacklog(t *testing.T) {
 			ev := p.publish(t, "a", "")
 			lag := &scriptedLag{unread: tc.unread, err: tc.err}
 			p.fanout.Lag, p.fanout.MaxUnread = lag, tc.maxUnread
+			var held []time.Duration
+			p.fanout.Held = func(d time.Duration) { held = append(held, d) }
 			if err := p.fanout.Handle(context.Background(), []string{ev.ID}); err != nil {
 				t.Fatal(err)
+			}
+			// Two polls of 10 ms before the third read finds it read down.
+			if tc.wantHeld && (len(held) != 1 || held[0] < 20*time.Millisecond) {
+				t.Errorf("held %v, want one wait of at least 20ms", held)
+			} else if !tc.wantHeld && len(held) > 0 {
+				t.Errorf("held %v, want no wait reported", held)
 			}
 			if got := len(p.queue.bodies(ports.DeliveryStream)); got != 1 {
 				t.Errorf("%d deliveries enqueued, want 1", got)
@@ -83,9 +92,14 @@ func TestFanOutWaitsAtMostASixthOfTheVisibilityTimeout(t *testing.T) {
 	lag := &scriptedLag{unread: []int64{1 << 30}}
 	p.fanout.Lag, p.fanout.MaxUnread = lag, 100
 	p.fanout.VisibilityTimeout = 600 * time.Millisecond
+	var held time.Duration
+	p.fanout.Held = func(d time.Duration) { held += d }
 	start := time.Now()
 	if err := p.fanout.Handle(context.Background(), []string{ev.ID}); err != nil {
 		t.Fatal(err)
+	}
+	if held < 100*time.Millisecond || held > time.Since(start) {
+		t.Errorf("held %v reported, want the 100ms it waited", held)
 	}
 	if waited := time.Since(start); waited < 100*time.Millisecond || waited > 2*time.Second {
 		t.Errorf("fanned out after %v, want it to wait 100ms, then go on", waited)

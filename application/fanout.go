@@ -25,6 +25,9 @@ type FanOut struct {
 	// yet (see awaitWorkers).
 	Lag       ports.StreamLag
 	MaxUnread int64
+	// Held, when set, is told how long each batch that waited was held
+	// back.
+	Held func(time.Duration)
 }
 
 // DefaultFanOutMaxUnread is how many delivery-stream entries the workers may
@@ -97,15 +100,16 @@ func (uc *FanOut) awaitWorkers(ctx context.Context) error {
 	if uc.Lag == nil || uc.MaxUnread <= 0 {
 		return nil
 	}
-	deadline := time.Now().Add(visibilityTimeout(uc.VisibilityTimeout) / 6)
-	for {
+	start := time.Now()
+	deadline := start.Add(visibilityTimeout(uc.VisibilityTimeout) / 6)
+	for held := false; ; held = true {
 		lag, err := uc.Lag.Lag(ctx, ports.DeliveryStream, DeliverGroup)
-		if err != nil || lag.Unread <= uc.MaxUnread {
-			return ctx.Err()
-		}
 		wait := min(backlogPoll, time.Until(deadline))
-		if wait <= 0 {
-			return nil
+		if err != nil || lag.Unread <= uc.MaxUnread || wait <= 0 {
+			if held && uc.Held != nil {
+				uc.Held(time.Since(start))
+			}
+			return ctx.Err()
 		}
 		select {
 		case <-ctx.Done():

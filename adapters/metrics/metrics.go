@@ -21,6 +21,7 @@ type Metrics struct {
 	deliveryLatency prometheus.Histogram
 	attemptDuration prometheus.Histogram
 	enqueueDeferred prometheus.Counter
+	fanOutHeld      prometheus.Counter
 	schedulerSwept  *prometheus.CounterVec
 	malformed       *prometheus.CounterVec
 	postponed       *prometheus.CounterVec
@@ -61,6 +62,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		enqueueDeferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_enqueue_deferred_total",
 			Help: "Committed work whose append to a stream failed; the scheduler enqueues it from PostgreSQL.",
+		}),
+		fanOutHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_fanout_held_seconds_total",
+			Help: "Time fan-out batches waited for the workers to read the delivery stream down to DISPATCH_FANOUT_MAX_UNREAD.",
 		}),
 		schedulerSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_scheduler_requeued_total",
@@ -106,7 +111,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, outcome := range []domain.DeliveryStatus{domain.DeliveryDelivered, domain.DeliveryRetrying, domain.DeliveryDead} {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
-	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.schedulerSwept, m.malformed,
+	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.schedulerSwept, m.malformed,
 		m.postponed, m.semFallbacks, m.degraded,
 		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen)
 	return m
@@ -127,6 +132,9 @@ func (m *Metrics) Attempted(status domain.DeliveryStatus, duration time.Duration
 		m.deliveryLatency.Observe(now.Sub(eventAccepted).Seconds())
 	}
 }
+
+// FanOutHeld adds the time one fan-out batch waited for the workers.
+func (m *Metrics) FanOutHeld(d time.Duration) { m.fanOutHeld.Add(d.Seconds()) }
 
 // Requeued counts n items the scheduler re-enqueued of one kind.
 func (m *Metrics) Requeued(kind string, n int) {

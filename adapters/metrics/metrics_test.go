@@ -63,3 +63,24 @@ func TestGauges(t *testing.T) {
 		t.Errorf("circuits open after the last one closed = %v, want 0", got)
 	}
 }
+
+func TestFanOutHeldAddsUp(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.FanOutHeld(1500 * time.Millisecond)
+	m.FanOutHeld(250 * time.Millisecond)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "dispatch_fanout_held_seconds_total" {
+			if got := f.GetMetric()[0].GetCounter().GetValue(); got != 1.75 {
+				t.Errorf("held = %v s, want 1.75", got)
+			}
+			return
+		}
+	}
+	t.Fatal("dispatch_fanout_held_seconds_total not exported")
+}
