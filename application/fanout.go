@@ -31,10 +31,13 @@ type FanOut struct {
 }
 
 // DefaultFanOutMaxUnread is how many delivery-stream entries the workers may
-// have left to read before the fan-out stage waits for them: about a second
-// of work at the highest rates measured (docs/performance.md), so workers
-// never run dry while a held-back batch is read, matched and written.
-const DefaultFanOutMaxUnread = 16384
+// have left to read before the fan-out stage waits for them: a quarter of a
+// second of work at the highest rates measured, several times what a
+// held-back batch takes to be read, matched and written, so workers do not
+// run dry; small enough that a burst's fan-out stops competing with the
+// first deliveries soon (docs/performance.md, *Fan-out waits for the
+// workers*).
+const DefaultFanOutMaxUnread = 4096
 
 // backlogPoll is how often a held-back fan-out looks at the stream again.
 const backlogPoll = 10 * time.Millisecond
