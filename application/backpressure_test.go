@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -84,13 +85,21 @@ func TestFanOutWaitsForTheWorkersToReadTheBacklog(t *testing.T) {
 	}
 }
 
-func TestFanOutWaitsAtMostASixthOfTheVisibilityTimeout(t *testing.T) {
-	t.Parallel()
+// heldBackForever is a pipeline with one event to fan out to one
+// subscription while the workers never read the delivery stream down.
+func heldBackForever(t *testing.T) (*pipeline, domain.Event, *scriptedLag) {
+	t.Helper()
 	p := newPipeline()
 	p.subscribe(t, "*")
 	ev := p.publish(t, "a", "")
 	lag := &scriptedLag{unread: []int64{1 << 30}}
 	p.fanout.Lag, p.fanout.MaxUnread = lag, 100
+	return p, ev, lag
+}
+
+func TestFanOutWaitsAtMostASixthOfTheVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	p, ev, lag := heldBackForever(t)
 	p.fanout.VisibilityTimeout = 600 * time.Millisecond
 	var held time.Duration
 	p.fanout.Held = func(d time.Duration) { held += d }
@@ -114,11 +123,7 @@ func TestFanOutWaitsAtMostASixthOfTheVisibilityTimeout(t *testing.T) {
 
 func TestFanOutHeldBackStopsWithItsContext(t *testing.T) {
 	t.Parallel()
-	p := newPipeline()
-	p.subscribe(t, "*")
-	ev := p.publish(t, "a", "")
-	lag := &scriptedLag{unread: []int64{1 << 30}}
-	p.fanout.Lag, p.fanout.MaxUnread = lag, 100
+	p, ev, lag := heldBackForever(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.fanout.Handle(ctx, []string{ev.ID}) }()

@@ -10,17 +10,23 @@ import (
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
+// parseConfig sets the environment variable name to env for the test, then
+// parses args over the defaults as the binary does and validates the result.
+func parseConfig(t *testing.T, name, env string, args ...string) (bootstrap.Config, error) {
+	t.Setenv(name, env)
+	cfg := bootstrap.DefaultConfig()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
 func TestFanOutMaxUnreadConfig(t *testing.T) {
 	parse := func(env string, args ...string) (bootstrap.Config, error) {
-		t.Setenv("DISPATCH_FANOUT_MAX_UNREAD", env)
-		cfg := bootstrap.DefaultConfig()
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return cfg, err
-		}
-		return cfg, cfg.Validate()
+		return parseConfig(t, "DISPATCH_FANOUT_MAX_UNREAD", env, args...)
 	}
 
 	if got := bootstrap.DefaultConfig().FanOutMaxUnread; got != application.DefaultFanOutMaxUnread {

@@ -3,8 +3,6 @@ package bootstrap_test
 import (
 	"context"
 	"errors"
-	"flag"
-	"io"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -147,15 +145,7 @@ func TestAllowedTargetsLetALoopbackReceiverThrough(t *testing.T) {
 // from flags, and reports a bad entry by position and reason.
 func TestAllowedTargetsConfig(t *testing.T) {
 	parse := func(env string, args ...string) (bootstrap.Config, error) {
-		t.Setenv("DISPATCH_ALLOWED_TARGETS", env)
-		cfg := bootstrap.DefaultConfig()
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return cfg, err
-		}
-		return cfg, cfg.Validate()
+		return parseConfig(t, "DISPATCH_ALLOWED_TARGETS", env, args...)
 	}
 
 	cfg, err := parse(" 127.0.0.0/8, 10.20.0.0/16,fd00::1 ")
