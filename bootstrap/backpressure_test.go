@@ -24,9 +24,6 @@ func TestFanOutHeldBackDeliversEverything(t *testing.T) {
 		cfg.FanOutMaxUnread = 5
 		cfg.WorkerConcurrency = 4
 	})
-	var reg *prometheus.Registry
-	c.start(bootstrap.RoleWorker, fx.Populate(&reg))
-	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
 	ep, url := rcv.add("/held", func(int, *http.Request) (int, http.Header) {
 		time.Sleep(2 * time.Millisecond) // an endpoint that takes a moment
@@ -34,11 +31,16 @@ func TestFanOutHeldBackDeliversEverything(t *testing.T) {
 	})
 	c.subscribe(url, "held.event", client.SubscriptionInput{})
 
+	// Published before the worker starts, so that its first fan-out batch
+	// (100 events) leaves the second one waiting however fast the machine.
 	const n = 300
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = c.publish("held.event", fmt.Sprintf(`{"i":%d}`, i))
 	}
+	var reg *prometheus.Registry
+	c.start(bootstrap.RoleWorker, fx.Populate(&reg))
+	c.start(bootstrap.RoleScheduler)
 	waitAllArrived(t, ep, ids, 30*time.Second)
 
 	families, err := reg.Gather()
