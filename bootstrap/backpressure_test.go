@@ -2,7 +2,6 @@ package bootstrap_test
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -25,10 +24,7 @@ func TestFanOutHeldBackDeliversEverything(t *testing.T) {
 		cfg.WorkerConcurrency = 4
 	})
 	rcv := newScripted(t)
-	ep, url := rcv.add("/held", func(int, *http.Request) (int, http.Header) {
-		time.Sleep(2 * time.Millisecond) // an endpoint that takes a moment
-		return http.StatusOK, nil
-	})
+	ep, url := rcv.add("/held", takesAMoment(2*time.Millisecond))
 	c.subscribe(url, "held.event", client.SubscriptionInput{})
 
 	// Published before the worker starts, so that its first fan-out batch

@@ -288,10 +288,7 @@ func TestRedisFlushedMidRunLosesNothing(t *testing.T) {
 	c.start(bootstrap.RoleWorker)
 	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
-	ep, hook := rcv.add("/flush", func(int, *http.Request) (int, http.Header) {
-		time.Sleep(2 * time.Millisecond) // an endpoint that takes a moment
-		return http.StatusOK, nil
-	})
+	ep, hook := rcv.add("/flush", takesAMoment(2*time.Millisecond))
 	c.subscribe(hook, "bulk.event", client.SubscriptionInput{})
 
 	const n = 1000

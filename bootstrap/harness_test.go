@@ -266,6 +266,15 @@ func (e *endpoint) got() []arrival {
 	return append([]arrival(nil), e.arrivals...)
 }
 
+// takesAMoment is an endpoint's script: 200 after d, so that work piles
+// up behind a modest worker.
+func takesAMoment(d time.Duration) func(int, *http.Request) (int, http.Header) {
+	return func(int, *http.Request) (int, http.Header) {
+		time.Sleep(d)
+		return http.StatusOK, nil
+	}
+}
+
 // sequence answers the given statuses in turn, then 200.
 func sequence(statuses ...int) func(int, *http.Request) (int, http.Header) {
 	return func(n int, _ *http.Request) (int, http.Header) {
