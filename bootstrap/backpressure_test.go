@@ -16,8 +16,10 @@ import (
 // worker far slower than it, with a tiny DISPATCH_FANOUT_MAX_UNREAD: the
 // stage waits for the worker (and says so in its metric), and every event
 // still arrives once.
+//
+// Not parallel: a whole deployment more at the package's peak would only
+// add to the PostgreSQL connections the parallel tests share.
 func TestFanOutHeldBackDeliversEverything(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t, func(cfg *bootstrap.Config) {
 		cfg.InlineFanOutMax = 0 // every event through the fan-out stage
 		cfg.FanOutMaxUnread = 5

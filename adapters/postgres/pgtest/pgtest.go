@@ -113,17 +113,29 @@ func NewPools(tb testing.TB) (pool, batch *pgxpool.Pool) {
 	return open(tb, dsn, postgres.Connect), open(tb, dsn, postgres.ConnectBatches)
 }
 
-// open connects a pool to dsn and closes it when tb ends.
+// open connects a pool to dsn and closes it when tb ends. The server's
+// connection slots are shared by every test package running at once, so a
+// connection refused for want of one (53300 too_many_connections) is tried
+// again until the others give some back, for up to 30 s.
 func open(tb testing.TB, dsn string, connect func(context.Context, string, ...postgres.ConnectOption) (*pgxpool.Pool, error)) *pgxpool.Pool {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := connect(ctx, dsn)
+	for err != nil && tooManyConnections(err) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		pool, err = connect(ctx, dsn)
+	}
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+func tooManyConnections(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
 }
 
 // setUp connects to the server and builds the template, once per process.
