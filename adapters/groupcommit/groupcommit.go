@@ -295,14 +295,17 @@ func (b *Batcher[T]) writeBatch(leaderCtx context.Context, batch []*call[T]) {
 	var waiting atomic.Int64
 	waiting.Store(int64(len(batch)))
 	items := make([]T, len(batch))
-	stops := make([]func() bool, len(batch))
+	var stops []func() bool
 	for i, c := range batch {
 		items[i] = c.item
-		stops[i] = context.AfterFunc(c.ctx, func() {
+		if c.ctx.Done() == nil {
+			continue // never gives up, so the write is never given up either
+		}
+		stops = append(stops, context.AfterFunc(c.ctx, func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}
-		})
+		}))
 	}
 	defer func() {
 		for _, stop := range stops {

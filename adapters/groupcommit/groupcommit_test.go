@@ -381,13 +381,14 @@ func TestWriteContextLivesWhileSomeoneWaits(t *testing.T) {
 	r.release()
 	assert.NoError(t, receive(t, out, "the leader").err)
 
-	// A batch whose leader gives up while another caller waits keeps going.
+	// A batch whose leader gives up while another caller waits keeps going,
+	// also when that caller's ctx is one that never ends.
 	r.hold()
 	ctx, cancel := context.WithCancel(t.Context())
 	commitAsync(t.Context(), b, 1, out)
 	r.waitStarted(t, "a blocker batch")
 	commitAsync(ctx, b, 2, out)
-	commitAsync(t.Context(), b, 3, out)
+	commitAsync(context.WithoutCancel(t.Context()), b, 3, out)
 	eventually(t, func() bool { return b.Waiting() == 2 }, "two callers to queue")
 	r.mu.Lock()
 	first := r.gate

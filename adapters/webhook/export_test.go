@@ -7,3 +7,7 @@ import "crypto/x509"
 func (s *Sender) TrustRoots(roots *x509.CertPool) {
 	s.client.TLSConfig.RootCAs = roots
 }
+
+// PeekAfterIdle is how long a kept-alive connection idles before a send
+// checks that the endpoint has not closed it.
+const PeekAfterIdle = peekAfterIdle

@@ -225,6 +225,10 @@ func readBody(resp *fasthttp.Response) []byte {
 	if stream == nil { // no body: 204, 304
 		return nil
 	}
+	if resp.Header.ContentLength() == 0 { // an empty body, said so: nothing to read
+		_ = resp.CloseBodyStream()
+		return nil
+	}
 	body, _ := io.ReadAll(io.LimitReader(stream, domain.MaxResponseBody))
 	_, _ = io.CopyN(io.Discard, stream, drainLimit)
 	_ = resp.CloseBodyStream() // pools the connection if the body was read to its end, closes it otherwise

@@ -146,6 +146,25 @@ func TestSendTruncatesBodyAndReusesConnection(t *testing.T) {
 	assert.Equal(t, int64(1), e.newConns.Load(), "sequential sends must reuse one keep-alive connection, draining what they do not keep")
 }
 
+// TestSendReusesTheConnectionOfAnEmptyAnswer: an answer that says its body
+// is empty (Content-Length: 0, as most endpoints' 200s) has nothing to
+// read, and its connection goes back to the pool all the same.
+func TestSendReusesTheConnectionOfAnEmptyAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Length", "0")
+	})
+	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	for range 20 {
+		resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Empty(t, resp.Body)
+	}
+	assert.Equal(t, int64(1), e.newConns.Load(), "sequential sends must reuse one keep-alive connection")
+}
+
 func TestSendGivesUpOnHugeBodyWithoutReadingIt(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
@@ -342,6 +361,7 @@ func TestSendGoesAgainOnAConnectionTheEndpointClosed(t *testing.T) {
 		require.Eventually(t, func() bool { // the endpoint closes every one while they idle
 			return e.closedConns.Load() == e.newConns.Load()
 		}, 5*time.Second, time.Millisecond)
+		time.Sleep(webhook.PeekAfterIdle) // quiet long enough to be checked before use
 	}
 	assert.Equal(t, int64(3*n), hits.Load(), "each send reached the endpoint once")
 }

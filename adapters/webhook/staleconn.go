@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // errStaleConn reports a pooled connection that the endpoint closed while
@@ -19,13 +20,27 @@ var errStaleConn = errors.New("kept-alive connection was closed by the endpoint"
 // client reads only when it waits for an answer, so without this check the
 // next request would go out on the dead connection and fail after the
 // endpoint might have been sent part of it.
+//
+// The peek is a system call of its own, so a connection that was reading an
+// answer less than peekAfterIdle ago is not peeked at: no server closes
+// idle connections that soon (keep-alive timeouts are seconds: gunicorn's
+// 2, Node.js's and Apache's 5, nginx's 75), and a busy worker reuses its
+// connections within milliseconds. An endpoint that hangs up right after
+// answering can do so after a peek just as well; the first try's EOF or
+// reset sends such a request once more (retryStale).
 type checkedConn struct {
 	net.Conn
 	raw syscall.RawConn // nil when the connection cannot be peeked at
 	// read is set once a response has been read: the next write starts
 	// another request on a kept-alive connection (HTTP/1.1, no pipelining).
 	read bool
+	// readAt is when a read last returned.
+	readAt time.Time
 }
+
+// peekAfterIdle is how long a connection must have been quiet before a
+// request on it peeks first.
+const peekAfterIdle = 100 * time.Millisecond
 
 func newCheckedConn(c net.Conn) net.Conn {
 	sc, ok := c.(syscall.Conn)
@@ -40,14 +55,15 @@ func newCheckedConn(c net.Conn) net.Conn {
 }
 
 func (c *checkedConn) Read(p []byte) (int, error) {
-	c.read = true
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	c.read, c.readAt = true, time.Now()
+	return n, err
 }
 
 func (c *checkedConn) Write(p []byte) (int, error) {
 	if c.read {
 		c.read = false
-		if closedByPeer(c.raw) {
+		if time.Since(c.readAt) >= peekAfterIdle && closedByPeer(c.raw) {
 			return 0, errStaleConn
 		}
 	}
