@@ -153,7 +153,8 @@ func eventRows(batch []newEvent, version int64, active []domain.Subscription) sq
 		Ids:                    make([]string, len(batch)),
 		Types:                  make([]string, len(batch)),
 		Sources:                make([]string, len(batch)),
-		Data:                   make([][]byte, len(batch)),
+		DataOffsets:            make([]int32, len(batch)),
+		DataLengths:            make([]int32, len(batch)),
 		OrderingKeys:           make([]string, len(batch)),
 		Fanned:                 make([]bool, len(batch)),
 		CreatedAts:             make([]time.Time, len(batch)),
@@ -164,9 +165,16 @@ func eventRows(batch []newEvent, version int64, active []domain.Subscription) sq
 		DeliveryCreatedAts:     []time.Time{},
 		DeliveryReservedUntils: []time.Time{},
 	}
+	size := 0
+	for _, n := range batch {
+		size += len(n.event.Data)
+	}
+	p.DataBlob = make([]byte, 0, size) // the payloads end to end (see the query)
 	for i, n := range batch {
 		e := n.event
-		p.Ids[i], p.Types[i], p.Sources[i], p.Data[i] = e.ID, e.Type, e.Source, e.Data
+		p.DataOffsets[i], p.DataLengths[i] = int32(len(p.DataBlob)+1), int32(len(e.Data))
+		p.DataBlob = append(p.DataBlob, e.Data...)
+		p.Ids[i], p.Types[i], p.Sources[i] = e.ID, e.Type, e.Source
 		p.OrderingKeys[i], p.CreatedAts[i] = e.OrderingKey, e.CreatedAt
 		if n.inline == nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,43 @@ func TestGroupCommitRetriesARejectedBatchRowByRow(t *testing.T) {
 		got, err := store.GetEvent(t.Context(), e.ID)
 		require.NoError(t, err)
 		assert.Equal(t, e, got, "stored as given; the conflicting events changed nothing")
+	}
+}
+
+// TestGroupCommitKeepsEachEventsData: a batch's payloads travel end to
+// end in one parameter and are cut apart in the statement; each event must
+// get back exactly its own, whatever their lengths and bytes.
+func TestGroupCommitKeepsEachEventsData(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	store := postgres.OneEventWriter(postgres.New(pool))
+	now := time.Now()
+
+	release := lockEvents(t, pool)
+	first := createAsync(t.Context(), store, newGroupEvent(now))
+	blockedInsert(t, pool, "InsertEventsFannedOut")
+
+	datas := []string{
+		`{}`,
+		`{"name":"Zoë ☃ 🚚","note":"a\u0000b"}`,
+		`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`,
+		`{"n":1}`,
+		`{"list":[1,2,3],"nested":{"k":"v"}}`,
+	}
+	batch := make([]domain.Event, len(datas))
+	for i, data := range datas {
+		batch[i] = newGroupEvent(now)
+		batch[i].Data = []byte(data)
+	}
+	outs := queueBehind(t, t.Context(), store, batch...)
+	release()
+
+	require.NoError(t, receive(t, first, "the first event").err)
+	for i, e := range batch {
+		require.NoError(t, receive(t, outs[i], fmt.Sprintf("event %d of the batch", i)).err)
+		got, err := store.GetEvent(t.Context(), e.ID)
+		require.NoError(t, err)
+		assert.Equal(t, string(e.Data), string(got.Data), "event %d's data, stored in one batch with the others", i)
 	}
 }
 
