@@ -187,12 +187,24 @@ func readResponse(r *bufio.Reader, req *http.Request) (*http.Response, error) {
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        header,
-		Body:          io.NopCloser(bytes.NewReader(body)),
+		Body:          &answerBody{Reader: bytes.NewReader(body), all: body},
 		ContentLength: int64(len(body)),
 		Close:         h.ConnectionClose(),
 		Request:       req,
 	}, nil
 }
+
+// answerBody is an answer's body, read in full: a reader over it that
+// also hands the bytes over whole (readAnswer), sparing a copy.
+type answerBody struct {
+	*bytes.Reader
+	all []byte
+}
+
+func (b *answerBody) Close() error { return nil }
+
+// Bytes returns the whole body, however much of it was read.
+func (b *answerBody) Bytes() []byte { return b.all }
 
 // ctxOr returns ctx's error when ctx ended (which is what broke the
 // connection), err otherwise.
