@@ -63,6 +63,15 @@ func lockEvents(t *testing.T, pool *pgxpool.Pool) (release func()) {
 	return release
 }
 
+// lockedStore returns a store with one event writer whose events table is
+// locked (lockEvents) until release.
+func lockedStore(t *testing.T) (pool *pgxpool.Pool, store *postgres.Store, release func()) {
+	t.Helper()
+	pool = pgtest.NewPool(t)
+	store = postgres.OneEventWriter(postgres.New(pool))
+	return pool, store, lockEvents(t, pool)
+}
+
 // blockedInsert waits until a backend other than those in not runs the
 // sqlc query named query and waits for a lock, and returns its pid.
 func blockedInsert(t *testing.T, pool *pgxpool.Pool, query string, not ...int32) int32 {
@@ -179,11 +188,8 @@ func TestGroupCommitRetriesARejectedBatchRowByRow(t *testing.T) {
 // get back exactly its own, whatever their lengths and bytes.
 func TestGroupCommitKeepsEachEventsData(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	store := postgres.OneEventWriter(postgres.New(pool))
+	pool, store, release := lockedStore(t)
 	now := time.Now()
-
-	release := lockEvents(t, pool)
 	first := createAsync(t.Context(), store, newGroupEvent(now))
 	blockedInsert(t, pool, "InsertEventsFannedOut")
 
@@ -213,11 +219,8 @@ func TestGroupCommitKeepsEachEventsData(t *testing.T) {
 
 func TestGroupCommitFailureReachesEveryCallerAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	store := postgres.OneEventWriter(postgres.New(pool))
+	pool, store, release := lockedStore(t)
 	now := time.Now()
-
-	release := lockEvents(t, pool)
 	leaderCtx, cancelLeader := context.WithCancel(t.Context())
 	defer cancelLeader()
 	first := createAsync(leaderCtx, store, newGroupEvent(now))
