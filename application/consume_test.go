@@ -271,3 +271,106 @@ func TestConsumerAcknowledgesFullBatchAtOnce(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// readRecorder notes when each Read began, after the first that brought
+// entries, on a channel.
+type readRecorder struct {
+	ports.Queue
+	got   atomic.Bool    // a read brought entries
+	first atomic.Int64   // when that read returned, in Unix nanoseconds
+	next  chan time.Time // when each later Read began
+	sizes chan int       // how many entries each read that brought some returned
+}
+
+func (q *readRecorder) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
+	if q.got.Load() {
+		select {
+		case q.next <- time.Now():
+		default:
+		}
+	}
+	msgs, err := q.Queue.Read(ctx, stream, group, consumer, count, block)
+	if len(msgs) > 0 && !q.got.Load() {
+		q.first.Store(time.Now().UnixNano())
+		q.got.Store(true)
+	}
+	if len(msgs) > 0 {
+		select {
+		case q.sizes <- len(msgs):
+		default:
+		}
+	}
+	return msgs, err
+}
+
+// TestConsumerReadWait checks when a read makes the next one wait: for
+// ReadWait after a read that did not fill, never after a full one; and that
+// shutdown ends the wait.
+func TestConsumerReadWait(t *testing.T) {
+	t.Parallel()
+	const batch = 64
+	cases := []struct {
+		name     string
+		entries  int           // published before the consumer starts
+		readWait time.Duration // Consumer.ReadWait
+		minGap   time.Duration // the least time between the first read and the next
+		waits    bool          // the next read never comes before shutdown
+	}{
+		{name: "a read that did not fill waits", entries: 32, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
+		{name: "a read of one entry waits too", entries: 1, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
+		{name: "a full read does not wait", entries: batch + 10, readWait: time.Hour},
+		{name: "no wait set", entries: 32},
+		{name: "shutdown ends the wait", entries: 48, readWait: time.Hour, waits: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			q := &readRecorder{Queue: memory.NewQueue(memory.QueueOptions{}), next: make(chan time.Time, 1), sizes: make(chan int, 1)}
+			bodies := make([]string, tc.entries)
+			for i := range bodies {
+				bodies[i] = "e"
+			}
+			if err := q.Publish(ctx, "s", bodies...); err != nil {
+				t.Fatal(err)
+			}
+			c := &application.Consumer{
+				Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: batch, Block: 10 * time.Millisecond,
+				Concurrency: 2 * batch, PerEntry: true, ReadWait: tc.readWait,
+				Handle: func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
+			}
+			done := make(chan error, 1)
+			go func() { done <- c.Run(ctx) }()
+			if n := <-q.sizes; n != min(tc.entries, batch) {
+				t.Fatalf("the first read brought %d entries, want %d", n, min(tc.entries, batch))
+			}
+			watch := 5 * time.Second
+			if tc.waits {
+				watch = 500 * time.Millisecond // a read that did not wait comes within milliseconds
+			}
+			select {
+			case at := <-q.next:
+				if tc.waits {
+					t.Fatal("read again without waiting")
+				}
+				if gap := at.Sub(time.Unix(0, q.first.Load())); gap < tc.minGap {
+					t.Errorf("read again %s after the first read, want at least %s", gap, tc.minGap)
+				}
+			case <-time.After(watch):
+				if !tc.waits {
+					t.Fatalf("no read within %s of the first: it waited", watch)
+				}
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run did not return within 5s of shutdown")
+			}
+		})
+	}
+}

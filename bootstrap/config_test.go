@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
@@ -51,6 +52,39 @@ func TestFanOutMaxUnreadConfig(t *testing.T) {
 	} {
 		if _, err := parse(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("DISPATCH_FANOUT_MAX_UNREAD=%q: error %v, want it to contain %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestWorkerReadWaitConfig(t *testing.T) {
+	parse := func(env string, args ...string) (bootstrap.Config, error) {
+		return parseConfig(t, "DISPATCH_WORKER_READ_WAIT", env, args...)
+	}
+
+	if got := bootstrap.DefaultConfig().WorkerReadWait; got != 0 {
+		t.Errorf("default = %s, want 0: a worker reads as soon as it can unless told otherwise", got)
+	}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want time.Duration
+	}{
+		{"0", nil, 0},
+		{"64ms", nil, 64 * time.Millisecond},
+		{"1s", nil, time.Second},
+		{"64ms", []string{"--worker-read-wait", "8ms"}, 8 * time.Millisecond},
+	} {
+		if cfg, err := parse(tc.env, tc.args...); err != nil || cfg.WorkerReadWait != tc.want {
+			t.Errorf("env %q, args %q: %s, %v; want %s", tc.env, tc.args, cfg.WorkerReadWait, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"-1ms", "worker-read-wait must be 0..1s, got -1ms"},
+		{"1001ms", "worker-read-wait must be 0..1s, got 1.001s"},
+		{"soon", "$DISPATCH_WORKER_READ_WAIT"},
+	} {
+		if _, err := parse(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DISPATCH_WORKER_READ_WAIT=%q: error %v, want it to contain %q", tc.env, err, tc.want)
 		}
 	}
 }
