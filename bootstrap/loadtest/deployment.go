@@ -104,6 +104,7 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	if cfg.WorkerConcurrency > 0 {
 		dc.WorkerConcurrency = cfg.WorkerConcurrency
 	}
+	dc.WorkerReadWait = cfg.WorkerReadWait
 
 	// `dispatch migrate`, then the roles.
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
@@ -207,6 +208,7 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 		"DISPATCH_ALLOWED_TARGETS=127.0.0.1/32",
 		"DISPATCH_ADMIN_ADDR=" + adminAddr,
 		"DISPATCH_WORKER_CONCURRENCY=" + strconv.Itoa(cfg.WorkerConcurrency),
+		"DISPATCH_WORKER_READ_WAIT=" + cfg.WorkerReadWait.String(),
 		"DISPATCH_LOG_LEVEL=" + cfg.LogLevel,
 	}
 	// The worker's settings are the ones above and Dispatch's defaults,
