@@ -37,6 +37,9 @@ const (
 	// in W3 and from 83 to 115–131 MiB in W4.
 	DefaultConcurrency   = 1024
 	DefaultMaxEventBytes = 256 << 10
+	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
+	// delivery unread for longer than anyone would trade for CPU.
+	MaxWorkerReadWait = time.Second
 )
 
 // Config is every setting of every role. Each field is a flag and a
@@ -202,7 +205,7 @@ func (c *Config) Validate() error {
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
-	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= time.Second, "worker-read-wait must be 0..1s, got %s", c.WorkerReadWait)
+	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
 	check(c.FanOutMaxUnread >= 0, "fanout-max-unread must be at least 0, got %d", c.FanOutMaxUnread)

@@ -185,7 +185,7 @@ func (c Config) Validate() error {
 		check(c.Workers >= 0 && c.Workers <= 64, "--workers must be 0..64, got %d", c.Workers)
 	}
 	check(c.WorkerConcurrency >= 0 && c.WorkerConcurrency <= 10000, "--worker-concurrency must be 0..10000, got %d", c.WorkerConcurrency)
-	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= time.Second, "--worker-read-wait must be 0..1s, got %s", c.WorkerReadWait)
+	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= bootstrap.MaxWorkerReadWait, "--worker-read-wait must be 0..%s, got %s", bootstrap.MaxWorkerReadWait, c.WorkerReadWait)
 	check(c.Events >= 0, "--events must not be negative, got %d", c.Events)
 	check(c.Duration >= 0, "--duration must not be negative, got %s", c.Duration)
 	check(c.Events > 0 || c.Duration > 0, "set --events or --duration")
