@@ -68,11 +68,17 @@ func benchCases(opts BenchOptions) ([]benchCase, error) {
 		for _, n := range w.WorkerSweep {
 			c := cfg
 			c.Workers = n
-			c.Workload = fmt.Sprintf("%s-%dw", cfg.Workload, n)
-			cases = append(cases, benchCase{name: fmt.Sprintf("%s-%dw", w.Name, n), workload: w, cfg: c})
+			c.Workload = variantName(cfg.Workload, n)
+			cases = append(cases, benchCase{name: variantName(w.Name, n), workload: w, cfg: c})
 		}
 	}
 	return cases, nil
+}
+
+// variantName names the variant of a workload with a WorkerSweep that runs
+// workers worker processes: "W6-2w".
+func variantName(workload string, workers int) string {
+	return fmt.Sprintf("%s-%dw", workload, workers)
 }
 
 // benchStep is one run of a bench: cases[c], the run-th time.
@@ -221,8 +227,14 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 	if opts.Quick {
 		b.WriteString("**Quick mode: every workload scaled down; not the standard figures.**\n\n")
 	}
-	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 / p90 / p99 / max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | CPU cores: machine / other | target |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 / p90 / p99 / max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | CPU cores: machine / other | target | verdict |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	bench := map[string]figures{}
+	for i, c := range cases {
+		if f, ok := caseFigures(c.cfg.Workers, results[i]); ok {
+			bench[c.name] = f
+		}
+	}
 	for i, c := range cases {
 		rs := results[i]
 		med := func(f func(*Report) float64) float64 {
@@ -252,7 +264,14 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 		if len(rs) > 0 && rs[0].CPU != nil {
 			cpu = fmt.Sprintf("%.2f / %.2f", med(func(r *Report) float64 { return r.CPU.Machine }), med(func(r *Report) float64 { return r.CPU.Other }))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		judged := "no runs"
+		if f, ok := bench[c.name]; ok {
+			judged = c.workload.judge(f, bench)
+		}
+		if opts.Quick {
+			judged = "not judged (quick)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			c.name, len(rs),
 			rate(med(func(r *Report) float64 { return r.Publish.PerSecond })),
 			msText(med(func(r *Report) float64 { return r.Publish.Latency.P99Ms })),
@@ -265,11 +284,12 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 			cell(func(r *Report) float64 { return float64(r.Deliveries.Duplicates) }, count),
 			fmt.Sprintf("%s / %.0f", rssText(med(workerRSS)), med(toolRSS)/(1<<20)),
 			cpu,
-			c.workload.Target)
+			c.workload.Target, judged)
 	}
 	b.WriteString("\nPer-run reports: `<workload>-<run>.json`, `.md` and `.png` beside this file. ")
 	b.WriteString("Deliveries/s is deliveries over the time from the first publish to the last delivery; sustained is the median of the full seconds with deliveries. ")
-	b.WriteString("CPU cores: how busy the whole machine was while each run measured, and how much of that was neither dispatch-load, its workers, its PostgreSQL backends nor Redis (other work on the machine skews every figure).\n")
+	b.WriteString("CPU cores: how busy the whole machine was while each run measured, and how much of that was neither dispatch-load, its workers, its PostgreSQL backends nor Redis (other work on the machine skews every figure). ")
+	b.WriteString("Verdict: the medians held to the target (losses and peak RSS: the worst run); a target not met shows, for each condition it missed, the share of its bound reached.\n")
 	writeSitting(&b, gauges)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -24,6 +24,9 @@ type Workload struct {
 	// per entry with that many worker processes, the variants taking turns
 	// (benchSchedule).
 	WorkerSweep []int
+	// judge says whether a bench case of the workload met Target, from
+	// its runs' figures and those of the bench's other cases (verdict.go).
+	judge func(f figures, bench map[string]figures) string
 }
 
 // openLoopPublishers is how many publishes W3 and W6 keep in flight: well
@@ -37,6 +40,7 @@ var Workloads = []Workload{
 	{
 		Name: "W1", Title: "durable ingest: 50,000 events of 1 KiB, 64 concurrent publishers, no subscriptions",
 		Target: "≥ 15,000 events/s accepted, p99 publish ≤ 25 ms",
+		judge:  judgeW1,
 		Apply: func(c *Config) {
 			c.Events, c.PayloadBytes, c.Publishers, c.Subscriptions = 50_000, 1024, 64, 0
 		},
@@ -45,6 +49,7 @@ var Workloads = []Workload{
 	{
 		Name: "W2", Title: "steady: 1,000 events/s for 60 s, one subscription, receiver answers at once",
 		Target: "accepted→received p50 ≤ 5 ms, p99 ≤ 25 ms, zero loss",
+		judge:  judgeW2,
 		Apply: func(c *Config) {
 			c.Events, c.Duration, c.Rate, c.Publishers, c.Subscriptions = 0, 60*time.Second, 1000, 32, 1
 		},
@@ -59,6 +64,7 @@ var Workloads = []Workload{
 		// rows and more worker processes split them further (W6).
 		Name: "W3", Title: "throughput: 100,000 events, one subscription, open loop (ingest and delivery together)",
 		Target: "≥ 8,000 events delivered/s sustained; every process ≤ 200 MiB RSS",
+		judge:  judgeW3,
 		Apply: func(c *Config) {
 			c.Events, c.Publishers, c.Subscriptions = 100_000, openLoopPublishers, 1
 		},
@@ -67,6 +73,7 @@ var Workloads = []Workload{
 	{
 		Name: "W4", Title: "fan-out: 2,000 events × 50 subscriptions",
 		Target: "≥ 15,000 deliveries/s",
+		judge:  judgeW4,
 		Apply: func(c *Config) {
 			c.Events, c.Publishers, c.Subscriptions = 2_000, 16, 50
 		},
@@ -80,6 +87,7 @@ var Workloads = []Workload{
 		// subscriptions allow in flight.
 		Name: "W5", Title: "slow endpoints: 20 subscriptions answering in 200 ms, max_in_flight 50 each; 3,000 events",
 		Target: "≥ 90 % of min(5,000/s concurrency bound, W3 figure)",
+		judge:  judgeW5,
 		Apply: func(c *Config) {
 			c.Events, c.Publishers, c.Subscriptions = 3_000, 16, 20
 			c.ReceiverLatency, c.MaxInFlight, c.WorkerConcurrency = 200*time.Millisecond, 50, 1000
@@ -89,6 +97,7 @@ var Workloads = []Workload{
 	{
 		Name: "W6", Title: "scaling: W3 with 1, 2 and 4 worker processes",
 		Target: "2 and 4 workers each ≥ 0.95 × the 1-worker figure",
+		judge:  judgeW6,
 		Apply: func(c *Config) {
 			c.Events, c.Publishers, c.Subscriptions = 100_000, openLoopPublishers, 1
 		},
