@@ -12,11 +12,11 @@ type figures struct {
 	workers    int
 	accepted   float64 // events accepted/s
 	publishP99 float64 // ms
+	peakRSS    int64   // the largest peak RSS of any process in any run, bytes
 	deliveries bool    // the runs counted deliveries; the fields below are set only then
 	delivered  float64 // deliveries/s, from the first publish to the last delivery
 	p50, p99   float64 // accepted→received, ms
 	lost       int64   // the most lost in any run
-	peakRSS    int64   // the largest peak RSS of any process in any run, bytes
 }
 
 // caseFigures sums up runs of one case; ok is false without runs.
