@@ -55,6 +55,16 @@ type Consumer struct {
 	// never waits: more is already there. An entry waits at most ReadWait
 	// longer; the handlers in flight go on meanwhile.
 	ReadWait time.Duration
+	// SaturatedReadWait replaces ReadWait when it is longer and Saturated
+	// reports that the machine has no processor time to spare. Then every
+	// delivery's way through the worker already waits for a processor,
+	// batching is what frees some, and a worker among several on the
+	// machine, each reading a share of the deliveries, would otherwise
+	// carry batches a fraction of one worker's size.
+	SaturatedReadWait time.Duration
+	// Saturated tells whether the machine is saturated (host.CPU); nil
+	// means never.
+	Saturated func() bool
 }
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
@@ -139,10 +149,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		} else {
 			run(msgs)
 		}
-		if c.ReadWait > 0 && len(msgs) < want {
+		if wait := c.readWait(); wait > 0 && len(msgs) < want {
 			select {
 			case <-ctx.Done():
-			case <-time.After(c.ReadWait):
+			case <-time.After(wait):
 			}
 		}
 	}
@@ -153,6 +163,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// readWait is how long to wait after a read that did not fill.
+func (c *Consumer) readWait() time.Duration {
+	if c.SaturatedReadWait > c.ReadWait && c.Saturated != nil && c.Saturated() {
+		return c.SaturatedReadWait
+	}
+	return c.ReadWait
 }
 
 // acknowledge acknowledges the ids that arrive on finished, in batches: a

@@ -313,14 +313,23 @@ func TestConsumerReadWait(t *testing.T) {
 		name     string
 		entries  int           // published before the consumer starts
 		readWait time.Duration // Consumer.ReadWait
-		minGap   time.Duration // the least time between the first read and the next
-		waits    bool          // the next read never comes before shutdown
+		// Consumer.SaturatedReadWait, and what Consumer.Saturated reports
+		// (nil when saturated is false).
+		saturatedWait time.Duration
+		saturated     bool
+		minGap        time.Duration // the least time between the first read and the next
+		waits         bool          // the next read never comes before shutdown
 	}{
 		{name: "a read that did not fill waits", entries: 32, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
 		{name: "a read of one entry waits too", entries: 1, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
 		{name: "a full read does not wait", entries: batch + 10, readWait: time.Hour},
 		{name: "no wait set", entries: 32},
 		{name: "shutdown ends the wait", entries: 48, readWait: time.Hour, waits: true},
+		{name: "a saturated machine waits the longer wait", entries: 32, readWait: time.Millisecond, saturatedWait: time.Hour, saturated: true, waits: true},
+		{name: "a saturated machine waits without a wait of its own", entries: 32, saturatedWait: 200 * time.Millisecond, saturated: true, minGap: 200 * time.Millisecond},
+		{name: "a machine with time to spare does not", entries: 32, saturatedWait: time.Hour},
+		{name: "a saturated machine keeps a longer wait of its own", entries: 32, readWait: time.Hour, saturatedWait: time.Millisecond, saturated: true, waits: true},
+		{name: "a full read does not wait on a saturated machine", entries: batch + 10, saturatedWait: time.Hour, saturated: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,7 +347,13 @@ func TestConsumerReadWait(t *testing.T) {
 			c := &application.Consumer{
 				Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: batch, Block: 10 * time.Millisecond,
 				Concurrency: 2 * batch, PerEntry: true, ReadWait: tc.readWait,
-				Handle: func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
+				SaturatedReadWait: tc.saturatedWait,
+				Handle:            func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
+			}
+			if tc.saturated {
+				c.Saturated = func() bool { return true }
+			} else if tc.saturatedWait > 0 {
+				c.Saturated = func() bool { return false }
 			}
 			done := make(chan error, 1)
 			go func() { done <- c.Run(ctx) }()

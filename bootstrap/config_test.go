@@ -56,13 +56,12 @@ func TestFanOutMaxUnreadConfig(t *testing.T) {
 	}
 }
 
-func TestWorkerReadWaitConfig(t *testing.T) {
-	parse := func(env string, args ...string) (bootstrap.Config, error) {
-		return parseConfig(t, "DISPATCH_WORKER_READ_WAIT", env, args...)
-	}
-
-	if got := bootstrap.DefaultConfig().WorkerReadWait; got != 0 {
-		t.Errorf("default = %s, want 0: a worker reads as soon as it can unless told otherwise", got)
+// testReadWaitSetting checks a worker read wait setting: its variable
+// and flag, 0..1s, and a clear error naming what was wrong.
+func testReadWaitSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) time.Duration) {
+	t.Helper()
+	parse := func(value string, args ...string) (bootstrap.Config, error) {
+		return parseConfig(t, env, value, args...)
 	}
 	for _, tc := range []struct {
 		env  string
@@ -72,19 +71,61 @@ func TestWorkerReadWaitConfig(t *testing.T) {
 		{"0", nil, 0},
 		{"64ms", nil, 64 * time.Millisecond},
 		{"1s", nil, time.Second},
-		{"64ms", []string{"--worker-read-wait", "8ms"}, 8 * time.Millisecond},
+		{"64ms", []string{"--" + flagName, "8ms"}, 8 * time.Millisecond},
 	} {
-		if cfg, err := parse(tc.env, tc.args...); err != nil || cfg.WorkerReadWait != tc.want {
-			t.Errorf("env %q, args %q: %s, %v; want %s", tc.env, tc.args, cfg.WorkerReadWait, err, tc.want)
+		if cfg, err := parse(tc.env, tc.args...); err != nil || get(cfg) != tc.want {
+			t.Errorf("%s=%q, args %q: %s, %v; want %s", env, tc.env, tc.args, get(cfg), err, tc.want)
 		}
 	}
 	for _, tc := range []struct{ env, want string }{
-		{"-1ms", "worker-read-wait must be 0..1s, got -1ms"},
-		{"1001ms", "worker-read-wait must be 0..1s, got 1.001s"},
-		{"soon", "$DISPATCH_WORKER_READ_WAIT"},
+		{"-1ms", flagName + " must be 0..1s, got -1ms"},
+		{"1001ms", flagName + " must be 0..1s, got 1.001s"},
+		{"soon", "$" + env},
 	} {
 		if _, err := parse(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("DISPATCH_WORKER_READ_WAIT=%q: error %v, want it to contain %q", tc.env, err, tc.want)
+			t.Errorf("%s=%q: error %v, want it to contain %q", env, tc.env, err, tc.want)
 		}
+	}
+}
+
+func TestWorkerReadWaitConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().WorkerReadWait; got != 0 {
+		t.Errorf("default = %s, want 0: a worker reads as soon as it can unless told otherwise", got)
+	}
+	testReadWaitSetting(t, "DISPATCH_WORKER_READ_WAIT", "worker-read-wait",
+		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
+}
+
+func TestWorkerSaturatedReadWaitConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().WorkerSaturatedReadWait; got != bootstrap.DefaultWorkerSaturatedReadWait || got <= 0 {
+		t.Errorf("default = %s, want DefaultWorkerSaturatedReadWait (%s), above 0", got, bootstrap.DefaultWorkerSaturatedReadWait)
+	}
+	testReadWaitSetting(t, "DISPATCH_WORKER_SATURATED_READ_WAIT", "worker-saturated-read-wait",
+		func(c bootstrap.Config) time.Duration { return c.WorkerSaturatedReadWait })
+}
+
+func TestWorkerShareProcessorsConfig(t *testing.T) {
+	parse := func(env string, args ...string) (bootstrap.Config, error) {
+		return parseConfig(t, "DISPATCH_WORKER_SHARE_PROCESSORS", env, args...)
+	}
+
+	if !bootstrap.DefaultConfig().WorkerShareProcessors {
+		t.Error("default = false, want true: workers on one machine share its processors unless told otherwise")
+	}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want bool
+	}{
+		{"false", nil, false},
+		{"true", nil, true},
+		{"true", []string{"--worker-share-processors=false"}, false},
+	} {
+		if cfg, err := parse(tc.env, tc.args...); err != nil || cfg.WorkerShareProcessors != tc.want {
+			t.Errorf("env %q, args %q: %v, %v; want %v", tc.env, tc.args, cfg.WorkerShareProcessors, err, tc.want)
+		}
+	}
+	if _, err := parse("sometimes"); err == nil || !strings.Contains(err.Error(), "$DISPATCH_WORKER_SHARE_PROCESSORS") {
+		t.Errorf("DISPATCH_WORKER_SHARE_PROCESSORS=sometimes: error %v, want it to name the variable", err)
 	}
 }

@@ -111,6 +111,8 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 		"DISPATCH_ALLOW_PRIVATE_TARGETS=true",
 		"DISPATCH_VISIBILITY_TIMEOUT="+c.cfg.VisibilityTimeout.String(),
 		"DISPATCH_WORKER_CONCURRENCY="+fmt.Sprint(c.cfg.WorkerConcurrency),
+		"DISPATCH_WORKER_SATURATED_READ_WAIT="+c.cfg.WorkerSaturatedReadWait.String(),
+		"DISPATCH_WORKER_SHARE_PROCESSORS="+fmt.Sprint(c.cfg.WorkerShareProcessors),
 		"DISPATCH_LOG_LEVEL=error",
 	)
 	var stderr strings.Builder

@@ -5,3 +5,15 @@ var SenderOptions = senderOptions
 
 // SteadySysmonEnv exposes how SteadySysmon sets GODEBUG.
 var SteadySysmonEnv = steadySysmonEnv
+
+// ProcessorShare exposes a worker's share of the machine's processors.
+var ProcessorShare = processorShare
+
+// WithSlotDir returns cfg with the folder where workers count each other.
+func WithSlotDir(cfg Config, dir string) Config {
+	cfg.slotDir = dir
+	return cfg
+}
+
+// MachineShare exposes a worker's count of the workers on its machine.
+type MachineShare = machineShare

@@ -105,6 +105,9 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 		dc.WorkerConcurrency = cfg.WorkerConcurrency
 	}
 	dc.WorkerReadWait = cfg.WorkerReadWait
+	// A worker in this process (--workers 0) shares it with the API and the
+	// load generator: its processors are not its own to size.
+	dc.WorkerShareProcessors = false
 
 	// `dispatch migrate`, then the roles.
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {

@@ -1,0 +1,94 @@
+package host
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseCPULine(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, line string
+		want       cpuTimes
+		err        bool
+	}{
+		{"a current kernel", "cpu  4705 356 584 3699 23 23 0 7 11 13", cpuTimes{total: 4705 + 356 + 584 + 3699 + 23 + 23 + 0 + 7, idle: 3699 + 23}, false},
+		{"four counters (an old kernel)", "cpu 10 0 5 85", cpuTimes{total: 100, idle: 85}, false},
+		{"iowait counts as idle", "cpu 10 0 0 50 40", cpuTimes{total: 100, idle: 90}, false},
+		{"steal counts as busy", "cpu 0 0 0 50 0 0 0 50", cpuTimes{total: 100, idle: 50}, false},
+		{"guest time is not counted twice", "cpu 60 0 0 40 0 0 0 0 60 0", cpuTimes{total: 100, idle: 40}, false},
+		{"one processor's line", "cpu0 10 0 5 85", cpuTimes{}, true},
+		{"too few counters", "cpu 10 0 5", cpuTimes{}, true},
+		{"a counter that is not a number", "cpu 10 x 5 85", cpuTimes{}, true},
+		{"a negative counter", "cpu 10 -1 5 85", cpuTimes{}, true},
+		{"empty", "", cpuTimes{}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseCPULine(tc.line)
+			if (err != nil) != tc.err {
+				t.Fatalf("parseCPULine(%q) error = %v, want error %v", tc.line, err, tc.err)
+			}
+			if tc.err && tc.line != "cpu 10 x 5 85" && tc.line != "cpu 10 -1 5 85" && !errors.Is(err, errCPULine) {
+				t.Errorf("parseCPULine(%q) error = %v, want errCPULine", tc.line, err)
+			}
+			if got != tc.want {
+				t.Errorf("parseCPULine(%q) = %+v, want %+v", tc.line, got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseCPULine(f *testing.F) {
+	for _, seed := range []string{"cpu  4705 356 584 3699 23 23 0 7 11 13", "cpu 1 2 3 4", "cpu", "cpu0 1 2 3 4", "cpu 18446744073709551615 1 1 1"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		got, err := parseCPULine(line)
+		if err != nil {
+			if got != (cpuTimes{}) {
+				t.Fatalf("parseCPULine(%q) failed (%v) but returned %+v", line, err, got)
+			}
+			return
+		}
+		// A parsed line's transitions are judged without panicking.
+		_ = nextSaturated(false, cpuTimes{}, got)
+		_ = nextSaturated(true, got, cpuTimes{total: got.total + 100, idle: got.idle})
+	})
+}
+
+func TestNextSaturated(t *testing.T) {
+	t.Parallel()
+	at := func(busy float64) cpuTimes { // 1,000 ticks after zero, busy share of them
+		return cpuTimes{total: 1000, idle: uint64(1000 - busy*1000)}
+	}
+	cases := []struct {
+		name string
+		was  bool
+		now  cpuTimes
+		want bool
+	}{
+		{"idle stays clear", false, at(0), false},
+		{"busy but below the threshold stays clear", false, at(0.94), false},
+		{"at the threshold turns saturated", false, at(0.95), true},
+		{"fully busy turns saturated", false, at(1), true},
+		{"saturated stays so above the clear threshold", true, at(0.90), true},
+		{"saturated stays so at the clear threshold", true, at(0.85), true},
+		{"saturated clears below it", true, at(0.84), false},
+		{"counters that did not move keep the state", true, cpuTimes{}, true},
+		{"counters that went back keep the state", false, cpuTimes{total: 1000, idle: 0}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prev := cpuTimes{}
+			if tc.name == "counters that went back keep the state" {
+				prev = cpuTimes{total: 2000, idle: 10}
+			}
+			if got := nextSaturated(tc.was, prev, tc.now); got != tc.want {
+				t.Errorf("nextSaturated(%v, %+v, %+v) = %v, want %v", tc.was, prev, tc.now, got, tc.want)
+			}
+		})
+	}
+}
