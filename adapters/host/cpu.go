@@ -1,12 +1,12 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -101,8 +101,8 @@ func readCPUTimes(path string) (cpuTimes, error) {
 	if err != nil {
 		return cpuTimes{}, fmt.Errorf("read processor times: %w", err)
 	}
-	line, _, _ := bytes.Cut(data, []byte("\n"))
-	return parseCPULine(string(line))
+	line, _, _ := strings.Cut(string(data), "\n")
+	return parseCPULine(line)
 }
 
 // errCPULine is returned for a first line of /proc/stat that is not the
@@ -116,16 +116,14 @@ var errCPULine = errors.New(`want "cpu" followed by at least four tick counters`
 // it is left out of the total. Time stolen by a hypervisor counts as
 // busy: the processor was not there to be had.
 func parseCPULine(line string) (cpuTimes, error) {
-	fields := bytes.Fields([]byte(line))
-	if len(fields) < 5 || string(fields[0]) != "cpu" {
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
 		return cpuTimes{}, fmt.Errorf("parse %q: %w", line, errCPULine)
 	}
 	var t cpuTimes
-	for i, f := range fields[1:] {
-		if i >= 8 { // guest, guest_nice: part of user and nice already
-			break
-		}
-		n, err := strconv.ParseUint(string(f), 10, 64)
+	counters := fields[1:min(len(fields), 9)] // not guest, guest_nice: part of user and nice already
+	for i, f := range counters {
+		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return cpuTimes{}, fmt.Errorf("parse %q: field %d: %w", line, i+1, err)
 		}
