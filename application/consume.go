@@ -65,7 +65,20 @@ type Consumer struct {
 	// Saturated tells whether the machine is saturated (host.CPU); nil
 	// means never.
 	Saturated func() bool
+	// Standby, when set and true, holds reads back: the consumer reads
+	// nothing and asks again every StandbyPoll, while the handlers in
+	// flight finish and are acknowledged. Entries it would have read go to
+	// the group's other consumers. A worker stands by while its machine is
+	// saturated and has other workers enough to keep every processor busy
+	// (bootstrap's machineShare): a process more taking turns for the same
+	// processors adds no throughput, only its share of the wake-ups,
+	// batches a fraction of the size and the other processes' contention.
+	Standby func() bool
 }
+
+// StandbyPoll is how often a consumer standing by asks whether it still
+// should (Consumer.Standby).
+const StandbyPoll = 100 * time.Millisecond
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
 // queue not to hand the entry out again; the work it stands for is already
@@ -115,6 +128,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 
 	for ctx.Err() == nil {
+		if c.Standby != nil && c.Standby() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(StandbyPoll):
+			}
+			continue
+		}
 		slots <- struct{}{}
 		want := batch
 		if c.PerEntry {

@@ -389,3 +389,127 @@ func TestConsumerReadWait(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumerStandsBy checks that a consumer standing by reads nothing,
+// leaving the entries to the group's other consumers, that the handlers it
+// has in flight finish, and that it reads again once Standby turns false.
+func TestConsumerStandsBy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := memory.NewQueue(memory.QueueOptions{})
+	var standby atomic.Bool
+	standby.Store(true)
+	askedTrue := make(chan struct{}, 1) // Standby has answered true since drained
+	slowStarted, slowRelease := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	handled := map[string][]string{} // consumer → bodies
+	count := func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled[name])
+	}
+	consumer := func(name string) *application.Consumer {
+		return &application.Consumer{
+			Queue: q, Stream: "s", Group: "g", Name: name, Batch: 8, Block: 10 * time.Millisecond,
+			Concurrency: 8, PerEntry: true,
+			Handle: func(_ context.Context, msgs []ports.Message) []string {
+				if msgs[0].Body == "slow" {
+					close(slowStarted)
+					<-slowRelease
+				}
+				mu.Lock()
+				handled[name] = append(handled[name], msgs[0].Body)
+				mu.Unlock()
+				return []string{msgs[0].ID}
+			},
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 5s: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	publish := func(bodies ...string) {
+		t.Helper()
+		if err := q.Publish(ctx, "s", bodies...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStandingBy := func() {
+		t.Helper()
+		select {
+		case <-askedTrue: // drain an answer given before now
+		default:
+		}
+		select {
+		case <-askedTrue:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Standby not asked within 5s")
+		}
+	}
+
+	standing := consumer("standing")
+	standing.Standby = func() bool {
+		v := standby.Load()
+		if v {
+			select {
+			case askedTrue <- struct{}{}:
+			default:
+			}
+		}
+		return v
+	}
+	standingDone := make(chan error, 1)
+	go func() { standingDone <- standing.Run(ctx) }()
+	waitStandingBy()
+
+	// Standing by: the other consumer gets every entry.
+	publish("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	otherCtx, stopOther := context.WithCancel(ctx)
+	otherDone := make(chan error, 1)
+	go func() { otherDone <- consumer("other").Run(otherCtx) }()
+	waitFor("the other consumer handles all 10 entries", func() bool { return count("other") == 10 })
+	if n := count("standing"); n != 0 {
+		t.Fatalf("the consumer standing by handled %d entries, want 0", n)
+	}
+	stopOther()
+	if err := <-otherDone; err != nil {
+		t.Fatalf("other consumer's Run: %v", err)
+	}
+
+	// No longer standing by: it reads again.
+	standby.Store(false)
+	publish("k", "l", "m", "n", "o", "slow")
+	<-slowStarted
+	waitFor("the consumer back from standing by handles the 5 quick entries", func() bool { return count("standing") == 5 })
+
+	// Standing by again while a handler is in flight: it finishes.
+	standby.Store(true)
+	waitStandingBy()
+	close(slowRelease)
+	waitFor("the handler in flight finishes", func() bool { return count("standing") == 6 })
+	publish("p")
+	time.Sleep(50 * time.Millisecond) // five reads' Block: none may take it
+	if n := count("standing"); n != 6 {
+		t.Fatalf("standing by, the consumer handled %d entries, want 6", n)
+	}
+	cancel()
+	if err := <-standingDone; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := pendingAfter(t, q, "s", "g"); len(got) != 0 {
+		t.Errorf("unacknowledged after shutdown = %v, want none: all it handled acknowledged", got)
+	}
+	msgs, err := q.Read(context.Background(), "s", "g", "inspector", 10, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].Body != "p" {
+		t.Errorf("unread after shutdown = %v, want the entry published while it stood by", msgs)
+	}
+}

@@ -102,6 +102,12 @@ type Config struct {
 	// Dispatch workers running on it (host.Slot), unless GOMAXPROCS is set
 	// in the environment.
 	WorkerShareProcessors bool
+	// WorkerStandby lets a worker process stand by while its machine is
+	// saturated (host.CPU) and another Dispatch worker on it joined before
+	// it (host.Census): it reads nothing until the machine has time to
+	// spare or it is the longest-standing worker left
+	// (application.Consumer.Standby, machineShare.StandBy).
+	WorkerStandby bool
 	// InlineFanOutMax is the most deliveries an event may have to be fanned
 	// out in its ingest transaction; 0 turns inline fan-out off.
 	InlineFanOutMax int
@@ -130,6 +136,9 @@ type Config struct {
 	// slotDir is where worker processes count each other
 	// (processorShareModule); host.DefaultSlotDir() when empty.
 	slotDir string
+	// saturated, when set, stands in for host.CPU's verdict on whether
+	// the machine is saturated (WithSaturation, in tests).
+	saturated func() bool
 	// asyncCommits is set by roles that write only state a database crash
 	// may lose (worker, scheduler); see postgres.AsyncCommits.
 	asyncCommits bool
@@ -148,6 +157,7 @@ func DefaultConfig() Config {
 		WorkerConcurrency:       DefaultConcurrency,
 		WorkerSaturatedReadWait: DefaultWorkerSaturatedReadWait,
 		WorkerShareProcessors:   true,
+		WorkerStandby:           true,
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
@@ -205,6 +215,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.WorkerReadWait), "worker-read-wait", "how long a worker waits before reading more deliveries after a read that did not fill, to handle them in larger batches: less CPU per delivery, up to this much more latency (0: never waits)")
 	parse((*durationValue)(&c.WorkerSaturatedReadWait), "worker-saturated-read-wait", "the worker's read wait while the machine's processors are saturated, when longer than worker-read-wait (0: off)")
 	parse((*boolValue)(&c.WorkerShareProcessors), "worker-share-processors", "size each worker's Go runtime to its share of the machine's processors among the Dispatch workers on it, unless GOMAXPROCS is set")
+	parse((*boolValue)(&c.WorkerStandby), "worker-standby", "let a worker stand by, reading nothing, while the machine's processors are saturated and another Dispatch worker on it joined before it")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")

@@ -105,12 +105,28 @@ func TestWorkerSaturatedReadWaitConfig(t *testing.T) {
 }
 
 func TestWorkerShareProcessorsConfig(t *testing.T) {
-	parse := func(env string, args ...string) (bootstrap.Config, error) {
-		return parseConfig(t, "DISPATCH_WORKER_SHARE_PROCESSORS", env, args...)
-	}
-
 	if !bootstrap.DefaultConfig().WorkerShareProcessors {
 		t.Error("default = false, want true: workers on one machine share its processors unless told otherwise")
+	}
+	testBoolSetting(t, "DISPATCH_WORKER_SHARE_PROCESSORS", "worker-share-processors",
+		func(c bootstrap.Config) bool { return c.WorkerShareProcessors })
+}
+
+func TestWorkerStandbyConfig(t *testing.T) {
+	if !bootstrap.DefaultConfig().WorkerStandby {
+		t.Error("default = false, want true: workers on a saturated machine stand by unless told otherwise")
+	}
+	testBoolSetting(t, "DISPATCH_WORKER_STANDBY", "worker-standby",
+		func(c bootstrap.Config) bool { return c.WorkerStandby })
+}
+
+// testBoolSetting checks a boolean setting read from env and from the
+// flag named flagName, the flag winning, and that a value that is no
+// boolean is refused with the variable named.
+func testBoolSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) bool) {
+	t.Helper()
+	parse := func(value string, args ...string) (bootstrap.Config, error) {
+		return parseConfig(t, env, value, args...)
 	}
 	for _, tc := range []struct {
 		env  string
@@ -119,13 +135,14 @@ func TestWorkerShareProcessorsConfig(t *testing.T) {
 	}{
 		{"false", nil, false},
 		{"true", nil, true},
-		{"true", []string{"--worker-share-processors=false"}, false},
+		{"true", []string{"--" + flagName + "=false"}, false},
+		{"false", []string{"--" + flagName}, true},
 	} {
-		if cfg, err := parse(tc.env, tc.args...); err != nil || cfg.WorkerShareProcessors != tc.want {
-			t.Errorf("env %q, args %q: %v, %v; want %v", tc.env, tc.args, cfg.WorkerShareProcessors, err, tc.want)
+		if cfg, err := parse(tc.env, tc.args...); err != nil || get(cfg) != tc.want {
+			t.Errorf("%s=%s, args %q: %v, %v; want %v", env, tc.env, tc.args, get(cfg), err, tc.want)
 		}
 	}
-	if _, err := parse("sometimes"); err == nil || !strings.Contains(err.Error(), "$DISPATCH_WORKER_SHARE_PROCESSORS") {
-		t.Errorf("DISPATCH_WORKER_SHARE_PROCESSORS=sometimes: error %v, want it to name the variable", err)
+	if _, err := parse("sometimes"); err == nil || !strings.Contains(err.Error(), "$"+env) {
+		t.Errorf("%s=sometimes: error %v, want it to name the variable", env, err)
 	}
 }

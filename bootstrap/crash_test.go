@@ -113,6 +113,7 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 		"DISPATCH_WORKER_CONCURRENCY="+fmt.Sprint(c.cfg.WorkerConcurrency),
 		"DISPATCH_WORKER_SATURATED_READ_WAIT="+c.cfg.WorkerSaturatedReadWait.String(),
 		"DISPATCH_WORKER_SHARE_PROCESSORS="+fmt.Sprint(c.cfg.WorkerShareProcessors),
+		"DISPATCH_WORKER_STANDBY="+fmt.Sprint(c.cfg.WorkerStandby),
 		"DISPATCH_LOG_LEVEL=error",
 	)
 	var stderr strings.Builder

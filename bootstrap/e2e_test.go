@@ -62,9 +62,11 @@ func testConfig(t *testing.T) bootstrap.Config {
 	// Workers in the test process must not size its runtime, and wait for
 	// nothing but deliveries: the race detector keeps the machine
 	// saturated, and a test's few deliveries would each wait the
-	// saturated read wait. Their own tests cover both.
+	// saturated read wait; nor stand by, counting the workers of other
+	// tests as peers. Their own tests cover all three.
 	cfg.WorkerShareProcessors = false
 	cfg.WorkerSaturatedReadWait = 0
+	cfg.WorkerStandby = false
 	return cfg
 }
 

@@ -17,3 +17,13 @@ func WithSlotDir(cfg Config, dir string) Config {
 
 // MachineShare exposes a worker's count of the workers on its machine.
 type MachineShare = machineShare
+
+// WithSaturation returns cfg for a machine whose saturation saturated
+// tells, in place of the machine's own.
+func WithSaturation(cfg Config, saturated func() bool) Config {
+	cfg.saturated = saturated
+	return cfg
+}
+
+// Readers exposes how many workers on a machine read.
+var Readers = readers

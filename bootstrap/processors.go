@@ -24,42 +24,84 @@ func processorShare(processors, peers int) int {
 }
 
 // machineShare is a worker process's place among the Dispatch workers on
-// its machine: how many there are (host.Slot), counted every
-// machineShareInterval.
+// its machine: how many there are and how many joined before it
+// (host.Slot), counted every machineShareInterval, and whether the machine
+// is saturated (host.CPU).
 type machineShare struct {
 	peers atomic.Int32
+	// first: no worker on the machine joined before this one.
+	first atomic.Bool
+	// saturated tells whether the machine is saturated.
+	saturated func() bool
+	standby   bool // Config.WorkerStandby
 }
 
 // Shared reports whether other workers ran on the machine at the last
 // count. Safe for concurrent use; it reads no files.
 func (m *machineShare) Shared() bool { return m != nil && m.peers.Load() > 1 }
 
-// machineShareModule counts the worker processes on the machine, for the
-// read wait of a saturated machine (which only workers that share one
-// need: see workerModule) and, with Config.WorkerShareProcessors, to size
-// the process's Go runtime to its share of the processors. Each Go runtime
-// runs up to GOMAXPROCS threads at once, by default one per processor, so
-// four workers on two processors would keep up to eight threads busy, each
-// woken for a quarter of the deliveries and taking turns with the API and
-// the databases for the same two processors; sharing keeps the workers
-// together at about one thread per processor. An operator who set
-// GOMAXPROCS keeps it. Only the worker role uses this module: in `all` and
-// `dev` the API shares the process.
+// Saturated reports whether the machine's processors are saturated
+// (host.CPU: busy 95 % of a second, until below 85 %). Safe for
+// concurrent use.
+func (m *machineShare) Saturated() bool { return m != nil && m.saturated() }
+
+// StandBy reports whether this worker should read nothing now: with
+// Config.WorkerStandby, while the machine is saturated and another worker
+// on it joined before this one (host.Census.Ahead) and reads. Of the
+// workers on a saturated machine only the longest-standing one reads:
+// more processes taking turns for the same processors add no throughput,
+// only their share of the wake-ups, batches a fraction of one worker's
+// size, and more connections to PostgreSQL, Redis and the endpoints (see
+// docs/performance.md). They agree on which without talking to each
+// other, and when the reading one ends, the next in line reads at the
+// next count. Safe for concurrent use; it reads no files.
+func (m *machineShare) StandBy() bool {
+	return m != nil && m.standby && !m.first.Load() && m.saturated()
+}
+
+// readers is how many of peers workers read: all of them, or on a
+// saturated machine where workers stand by, only the first.
+func readers(peers int, standingBy bool) int {
+	if standingBy {
+		return 1
+	}
+	return max(peers, 1)
+}
+
+// machineShareModule counts the worker processes on the machine and
+// samples how busy it is, for the read wait of a saturated machine (which
+// only workers that share one need: see workerModule), for standing by
+// (Config.WorkerStandby), and, with Config.WorkerShareProcessors, to size
+// the process's Go runtime to its share of the processors among the
+// workers that read. Each Go runtime runs up to GOMAXPROCS threads at
+// once, by default one per processor, so four workers on two processors
+// would keep up to eight threads busy, each woken for a quarter of the
+// deliveries and taking turns with the API and the databases for the same
+// two processors; sharing keeps the workers together at about one thread
+// per processor. An operator who set GOMAXPROCS keeps it. Only the worker
+// role uses this module: in `all` and `dev` the API shares the process.
 var machineShareModule = fx.Module("machine-share",
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, log *slog.Logger) *machineShare {
-		share := &machineShare{}
+		cpu := &host.CPU{}
+		share := &machineShare{saturated: cpu.Saturated, standby: cfg.WorkerStandby}
+		if cfg.saturated != nil {
+			share.saturated = cfg.saturated
+		}
 		share.peers.Store(1)
+		share.first.Store(true)
 		_, operatorSet := os.LookupEnv("GOMAXPROCS")
 		sizing := cfg.WorkerShareProcessors && !operatorSet
 		processors := runtime.GOMAXPROCS(0)
 		var slot *host.Slot
 		count := func() {
-			peers := slot.Peers()
-			share.peers.Store(int32(peers))
+			census := slot.Census()
+			share.peers.Store(int32(census.Peers))
+			share.first.Store(census.Ahead == 0)
 			if !sizing {
 				return
 			}
-			want := processorShare(processors, peers)
+			standingBy := share.standby && census.Peers > 1 && share.saturated()
+			want := processorShare(processors, readers(census.Peers, standingBy))
 			if was := runtime.GOMAXPROCS(0); want != was {
 				runtime.GOMAXPROCS(want)
 				log.Info("worker sized to its share of the machine's processors", "gomaxprocs", want, "was", was, "processors", processors)
@@ -84,7 +126,7 @@ var machineShareModule = fx.Module("machine-share",
 				return slot.Close()
 			},
 		})
-		startLoops(lc, func(ctx context.Context) {
+		loops := []func(context.Context){func(ctx context.Context) {
 			ticker := time.NewTicker(machineShareInterval)
 			defer ticker.Stop()
 			for {
@@ -95,7 +137,15 @@ var machineShareModule = fx.Module("machine-share",
 					count()
 				}
 			}
-		})
+		}}
+		if cfg.saturated == nil && (cfg.WorkerStandby || cfg.WorkerSaturatedReadWait > cfg.WorkerReadWait) {
+			loops = append(loops, func(ctx context.Context) {
+				if err := cpu.Run(ctx); err != nil {
+					log.Warn("cannot tell whether the machine is saturated; the worker never waits nor stands by for it", "error", err)
+				}
+			})
+		}
+		startLoops(lc, loops...)
 		return share
 	}),
 )

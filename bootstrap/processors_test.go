@@ -2,16 +2,20 @@ package bootstrap_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
+	"github.com/dispatch-webhooks/dispatch/client"
 )
 
 func TestMachineShareOfNoCount(t *testing.T) {
@@ -19,6 +23,146 @@ func TestMachineShareOfNoCount(t *testing.T) {
 	var none *bootstrap.MachineShare // `all` and `dev` count nothing
 	if none.Shared() {
 		t.Error("a worker that counts nothing counts as sharing its machine")
+	}
+	if none.StandBy() {
+		t.Error("a worker that counts nothing stands by")
+	}
+}
+
+func TestReaders(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		peers      int
+		standingBy bool
+		want       int
+	}{
+		{1, false, 1},
+		{4, false, 4},
+		{4, true, 1}, // only the first reads
+		{1, true, 1},
+		{0, false, 1}, // no count is one
+	} {
+		if got := bootstrap.Readers(tc.peers, tc.standingBy); got != tc.want {
+			t.Errorf("Readers(%d, standing by %v) = %d, want %d", tc.peers, tc.standingBy, got, tc.want)
+		}
+	}
+}
+
+// TestWorkersStandByOnASaturatedMachine starts two workers in this
+// process, with a folder of their own to count each other in: while the
+// machine is saturated the second stands by and the first delivers
+// everything; when the machine has time to spare the second reads again,
+// and when the first ends it delivers.
+func TestWorkersStandByOnASaturatedMachine(t *testing.T) {
+	t.Parallel()
+	var saturated atomic.Bool
+	saturated.Store(true)
+	c := newCluster(t, func(cfg *bootstrap.Config) {
+		cfg.WorkerStandby = true
+		*cfg = bootstrap.WithSlotDir(*cfg, t.TempDir())
+		*cfg = bootstrap.WithSaturation(*cfg, saturated.Load)
+	})
+	c.start(bootstrap.RoleScheduler) // deliveries postponed by the subscription's limits come back through it
+	rcv := newReceiver(t)
+	_, secret := c.subscribe(rcv.srv.URL, "order.created", client.SubscriptionInput{})
+	rcv.setSecret(secret)
+
+	type worker struct {
+		app   *fx.App
+		share *bootstrap.MachineShare
+		reg   *prometheus.Registry
+	}
+	start := func() worker {
+		t.Helper()
+		opts, err := bootstrap.Options(bootstrap.RoleWorker, c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w worker
+		w.app = fx.New(opts, fx.Populate(&w.share, &w.reg))
+		if err := w.app.Start(t.Context()); err != nil {
+			t.Fatalf("start worker: %v", err)
+		}
+		t.Cleanup(func() { _ = w.app.Stop(context.Background()) })
+		return w
+	}
+	metric := func(w worker, name string) float64 {
+		t.Helper()
+		families, err := w.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if m.GetGauge() != nil {
+					return m.GetGauge().GetValue()
+				}
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "delivered" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	delivered := func(w worker) float64 { return metric(w, "dispatch_deliveries_total") }
+	standingBy := func(w worker) bool { return metric(w, "dispatch_worker_standing_by") == 1 }
+	publish := func(n int) {
+		t.Helper()
+		want := rcv.count() + n
+		for i := range n {
+			c.publish("order.created", fmt.Sprintf(`{"n":%d}`, i))
+		}
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d deliveries", want), func() bool { return rcv.count() >= want })
+	}
+
+	first := start()
+	second := start()
+	waitFor(t, 10*time.Second, "the second worker to stand by", func() bool {
+		return second.share.StandBy() && standingBy(second)
+	})
+	if first.share.StandBy() || standingBy(first) {
+		t.Fatal("the first worker stands by")
+	}
+
+	publish(20)
+	if got := delivered(second); got != 0 {
+		t.Errorf("the worker standing by delivered %v, want 0", got)
+	}
+	if got := delivered(first); got != 20 {
+		t.Errorf("the first worker delivered %v, want 20", got)
+	}
+
+	// Time to spare: the second reads again.
+	saturated.Store(false)
+	waitFor(t, 10*time.Second, "the second worker to stop standing by", func() bool { return !standingBy(second) })
+	saturated.Store(true)
+	waitFor(t, 10*time.Second, "the second worker to stand by again", func() bool { return standingBy(second) })
+
+	// The first ends: the second, now the longest-standing, delivers.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := first.app.Stop(ctx); err != nil {
+		t.Fatalf("stop the first worker: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the second worker, now alone, to stop standing by", func() bool {
+		return !second.share.StandBy() && !standingBy(second)
+	})
+	publish(20)
+	if got := delivered(second); got != 20 {
+		t.Errorf("the second worker, alone, delivered %v, want 20", got)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	for _, r := range rcv.got {
+		if r.verifyErr != nil {
+			t.Fatalf("a delivery failed verification: %v", r.verifyErr)
+		}
 	}
 }
 

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/fx"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/host"
 	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -126,9 +126,21 @@ var workerModule = fx.Module("worker",
 		// share's size, and the wait gives them one worker's batches back.
 		// A worker alone already reads all there is; waiting only delays
 		// it (in W3, one worker delivered as much with the wait as
-		// without, its accepted→received p50 twice as long).
-		machine := &host.CPU{}
-		saturated := func() bool { return peers.Share.Shared() && machine.Saturated() }
+		// without, its accepted→received p50 twice as long), and so does
+		// the one that reads while the others stand by.
+		saturated := func() bool { return !cfg.WorkerStandby && peers.Share.Shared() && peers.Share.Saturated() }
+		// Both consumers ask whether to stand by; either may report the
+		// change.
+		var standingBy atomic.Bool
+		standby := func() bool {
+			now := peers.Share.StandBy()
+			if was := standingBy.Swap(now); was != now {
+				m.StandingBy(now)
+				log.Info("worker standing by", "standing_by", now,
+					"reason", "the machine is saturated and a worker that joined before this one reads")
+			}
+			return now
+		}
 		onErr := func(err error) { log.Error("stream consumer failed", "error", err) }
 		onMalformed := func(stream string) func(ports.Message) {
 			return func(msg ports.Message) {
@@ -138,7 +150,7 @@ var workerModule = fx.Module("worker",
 		}
 		fanoutConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.EventStream, Group: application.FanOutGroup, Name: name,
-			Batch: 100, Block: time.Second, Concurrency: fanOutHandlers, OnError: onErr,
+			Batch: 100, Block: time.Second, Concurrency: fanOutHandlers, OnError: onErr, Standby: standby,
 			Valid:       func(body string) bool { return domain.IsID(domain.EventIDPrefix, body) },
 			OnMalformed: onMalformed(ports.EventStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
@@ -161,7 +173,7 @@ var workerModule = fx.Module("worker",
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
-			ReadWait: cfg.WorkerReadWait, SaturatedReadWait: cfg.WorkerSaturatedReadWait, Saturated: saturated,
+			ReadWait: cfg.WorkerReadWait, SaturatedReadWait: cfg.WorkerSaturatedReadWait, Saturated: saturated, Standby: standby,
 			Valid: func(body string) bool {
 				id, _ := application.DeliveryEntry(body)
 				return domain.IsID(domain.DeliveryIDPrefix, id)
@@ -196,13 +208,6 @@ var workerModule = fx.Module("worker",
 		runs := []func(context.Context){
 			func(ctx context.Context) { _ = fanoutConsumer.Run(ctx) },
 			func(ctx context.Context) { _ = deliverConsumer.Run(ctx) },
-		}
-		if cfg.WorkerSaturatedReadWait > cfg.WorkerReadWait && peers.Share != nil {
-			runs = append(runs, func(ctx context.Context) {
-				if err := machine.Run(ctx); err != nil {
-					log.Warn("cannot tell whether the machine is saturated; the worker never waits for it", "error", err)
-				}
-			})
 		}
 		startLoops(lc, runs...)
 	}),

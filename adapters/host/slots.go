@@ -19,8 +19,9 @@ func DefaultSlotDir() string { return filepath.Join(os.TempDir(), "dispatch-work
 // the process ends, however it ends, so a crashed worker's slot comes free
 // without anyone cleaning up.
 type Slot struct {
-	dir  string
-	file *os.File // nil when no lock could be taken: the worker counts alone
+	dir   string
+	index int      // which slot this is: slot-<index> in dir
+	file  *os.File // nil when no lock could be taken: the worker counts alone
 }
 
 // Join takes the lowest free slot in dir (created if need be). It never
@@ -39,7 +40,7 @@ func Join(dir string) *Slot {
 			continue
 		}
 		if held, err := tryLock(f, true); err == nil && held {
-			s.file = f
+			s.file, s.index = f, i
 			return s
 		}
 		_ = f.Close()
@@ -47,25 +48,41 @@ func Join(dir string) *Slot {
 	return s
 }
 
-// Peers is how many worker processes hold a slot in the folder now, this
-// one included; 1 for a solitary slot. It reads the slots in order and
-// stops at the first that was never made.
-func (s *Slot) Peers() int {
+// Census is what a slot's holder sees of the worker processes on its
+// machine.
+type Census struct {
+	// Peers is how many hold a slot, the holder included.
+	Peers int
+	// Ahead is how many of them hold a lower slot than the holder's: they
+	// joined before it, or into a slot freed since. The holders of the
+	// lowest slots are the machine's longest-standing workers, and each
+	// holder's Ahead is its own, so workers can agree on an order without
+	// talking to each other.
+	Ahead int
+}
+
+// Census counts the worker processes that hold a slot in the folder now,
+// this one included; a solitary slot counts alone. It reads the slots in
+// order and stops at the first that was never made.
+func (s *Slot) Census() Census {
 	if s.file == nil {
-		return 1
+		return Census{Peers: 1}
 	}
-	n := 0
+	var c Census
 	for i := range MaxSlots {
 		f, err := os.Open(slotPath(s.dir, i))
 		if err != nil {
 			break
 		}
-		if free, err := tryLock(f, false); err == nil && !free {
-			n++
+		if free, err := tryLock(f, false); i == s.index || err == nil && !free {
+			c.Peers++
+			if i < s.index {
+				c.Ahead++
+			}
 		}
 		_ = f.Close() // also releases a lock this check took
 	}
-	return max(n, 1)
+	return c
 }
 
 // Close gives the slot up.

@@ -11,27 +11,37 @@ import (
 func TestSlotsCountTheWorkersThatHoldThem(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "workers")
-	a := host.Join(dir)
-	if got := a.Peers(); got != 1 {
-		t.Fatalf("one worker: Peers = %d, want 1", got)
-	}
-	b, c := host.Join(dir), host.Join(dir)
-	for _, s := range []*host.Slot{a, b, c} {
-		if got := s.Peers(); got != 3 {
-			t.Fatalf("three workers: Peers = %d, want 3", got)
+	census := func(t *testing.T, step string, want map[*host.Slot]host.Census) {
+		t.Helper()
+		for s, w := range want {
+			if got := s.Census(); got != w {
+				t.Fatalf("%s: Census = %+v, want %+v", step, got, w)
+			}
 		}
 	}
+	a := host.Join(dir)
+	census(t, "one worker", map[*host.Slot]host.Census{a: {Peers: 1, Ahead: 0}})
+	b, c := host.Join(dir), host.Join(dir)
+	census(t, "three workers", map[*host.Slot]host.Census{
+		a: {Peers: 3, Ahead: 0}, b: {Peers: 3, Ahead: 1}, c: {Peers: 3, Ahead: 2},
+	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.Peers(); got != 2 {
-		t.Fatalf("after the second left (its slot free between two held): Peers = %d, want 2", got)
+	census(t, "after the second left (its slot free between two held)", map[*host.Slot]host.Census{
+		a: {Peers: 2, Ahead: 0}, c: {Peers: 2, Ahead: 1},
+	})
+	d := host.Join(dir) // takes the freed slot, ahead of c
+	census(t, "after another joined", map[*host.Slot]host.Census{
+		a: {Peers: 3, Ahead: 0}, d: {Peers: 3, Ahead: 1}, c: {Peers: 3, Ahead: 2},
+	})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
 	}
-	d := host.Join(dir) // takes the freed slot
-	if got := c.Peers(); got != 3 {
-		t.Fatalf("after another joined: Peers = %d, want 3", got)
-	}
-	for _, s := range []*host.Slot{a, c, d} {
+	census(t, "after the first left", map[*host.Slot]host.Census{
+		d: {Peers: 2, Ahead: 0}, c: {Peers: 2, Ahead: 1},
+	})
+	for _, s := range []*host.Slot{c, d} {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +63,8 @@ func TestASlotThatCannotBeTakenCountsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := host.Join(filepath.Join(blocked, "workers"))
-	if got := s.Peers(); got != 1 {
-		t.Errorf("Peers of a solitary slot = %d, want 1", got)
+	if got, want := s.Census(), (host.Census{Peers: 1}); got != want {
+		t.Errorf("Census of a solitary slot = %+v, want %+v", got, want)
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close of a solitary slot = %v", err)
