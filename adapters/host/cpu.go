@@ -12,25 +12,28 @@ import (
 )
 
 // Saturation thresholds: the share of the machine's processor time that
-// was busy over one sample period. A machine turns saturated at
-// SaturatedAbove and stops being so only below ClearBelow, so that what a
-// saturated machine's processes save by batching (a few per cent of the
-// machine) does not switch them straight back.
+// was busy. A machine turns saturated when it was busy for SaturatedAbove
+// of the last half period, and stops being so only when it was busy for
+// less than ClearBelow of the last whole period, so that load that begins
+// is seen within a half period, and what a saturated machine's processes
+// save by batching or standing by (a few per cent of the machine) does
+// not switch them straight back.
 const (
 	SaturatedAbove = 0.95
 	ClearBelow     = 0.85
-	// SamplePeriod is how often CPU reads the machine's counters.
+	// SamplePeriod is the window over which a saturated machine is judged
+	// to have time to spare; CPU reads the counters four times in it.
 	SamplePeriod = time.Second
 )
 
 // CPU tells whether the machine's processors are saturated: busy for at
-// least SaturatedAbove of the last sample period, and not yet below
-// ClearBelow since. Start it with Run; Saturated is safe for concurrent use
-// and never blocks.
+// least SaturatedAbove of a half period, and not yet below ClearBelow over
+// a whole one since. Start it with Run; Saturated is safe for concurrent
+// use and never blocks.
 type CPU struct {
 	// Path is the kernel's statistics file; DefaultStatPath when empty.
 	Path string
-	// Period is the time between samples; SamplePeriod when zero.
+	// Period is the window of SamplePeriod; SamplePeriod when zero.
 	Period time.Duration
 
 	saturated atomic.Bool
@@ -42,7 +45,10 @@ const DefaultStatPath = "/proc/stat"
 // Saturated reports whether the machine was saturated at the last sample.
 func (c *CPU) Saturated() bool { return c.saturated.Load() }
 
-// Run samples the machine every period until ctx ends. It returns at once,
+// samplesPerPeriod is how many times CPU reads the counters in a period.
+const samplesPerPeriod = 4
+
+// Run samples the machine four times a period until ctx ends. It returns at once,
 // with the error, when the statistics cannot be read (not Linux, say):
 // the machine then never counts as saturated.
 func (c *CPU) Run(ctx context.Context) error {
@@ -53,11 +59,15 @@ func (c *CPU) Run(ctx context.Context) error {
 	if period <= 0 {
 		period = SamplePeriod
 	}
-	prev, err := readCPUTimes(path)
+	first, err := readCPUTimes(path)
 	if err != nil {
 		return err
 	}
-	ticker := time.NewTicker(period)
+	// The counters as read at the last samplesPerPeriod samples and now,
+	// oldest first.
+	window := make([]cpuTimes, 1, samplesPerPeriod+1)
+	window[0] = first
+	ticker := time.NewTicker(max(period/samplesPerPeriod, time.Millisecond))
 	defer ticker.Stop()
 	for {
 		select {
@@ -71,13 +81,27 @@ func (c *CPU) Run(ctx context.Context) error {
 			c.saturated.Store(false)
 			return err
 		}
-		c.saturated.Store(nextSaturated(c.saturated.Load(), prev, now))
-		prev = now
+		if len(window) == cap(window) {
+			window = append(window[:0], window[1:]...)
+		}
+		window = append(window, now)
+		c.saturated.Store(saturatedOver(c.saturated.Load(), window))
 	}
 }
 
-// cpuTimes are the machine's processor time counters, in the kernel's
-// ticks: all of it, and the part no task wanted (idle and waiting for I/O).
+// saturatedOver judges the machine by window, the counters as read at up
+// to samplesPerPeriod+1 samples, oldest first: whether it turned
+// saturated over the last half period, or, if it was, whether it still is
+// over the whole (as much of either as window holds).
+func saturatedOver(was bool, window []cpuTimes) bool {
+	now := window[len(window)-1]
+	from := window[0]
+	if !was {
+		from = window[max(len(window)-1-samplesPerPeriod/2, 0)]
+	}
+	return nextSaturated(was, from, now)
+}
+
 type cpuTimes struct {
 	total, idle uint64
 }

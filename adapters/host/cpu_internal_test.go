@@ -89,3 +89,37 @@ func TestNextSaturated(t *testing.T) {
 		})
 	}
 }
+
+func TestSaturatedOver(t *testing.T) {
+	t.Parallel()
+	// window builds the counters read at each sample from the busy share
+	// of each interval between them, 100 ticks each.
+	window := func(busy ...float64) []cpuTimes {
+		w := []cpuTimes{{}}
+		for _, b := range busy {
+			last := w[len(w)-1]
+			w = append(w, cpuTimes{total: last.total + 100, idle: last.idle + uint64(100-b*100)})
+		}
+		return w
+	}
+	cases := []struct {
+		name   string
+		was    bool
+		window []cpuTimes
+		want   bool
+	}{
+		{"a busy last half period turns saturated after an idle first half", false, window(0, 0, 1, 1), true},
+		{"one busy interval is not a half period", false, window(0, 0, 0, 1), false},
+		{"a half period just short of the threshold stays clear", false, window(1, 1, 1, 0.88), false},
+		{"a busy start of a window not yet full turns saturated", false, window(1), true},
+		{"an idle last half period does not clear a busy whole", true, window(1, 1, 0.8, 0.8), true},
+		{"an idle whole period clears", true, window(1, 0.7, 0.7, 0.7), false},
+		{"the whole period at the clear threshold stays saturated", true, window(0.85, 0.85, 0.85, 0.85), true},
+		{"a window of one sample judges nothing", true, window(), true},
+	}
+	for _, tc := range cases {
+		if got := saturatedOver(tc.was, tc.window); got != tc.want {
+			t.Errorf("%s: saturatedOver(was %v) = %v, want %v", tc.name, tc.was, got, tc.want)
+		}
+	}
+}
