@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/metrics/metricstest"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
@@ -86,32 +87,10 @@ func TestWorkersStandByOnASaturatedMachine(t *testing.T) {
 		t.Cleanup(func() { _ = w.app.Stop(context.Background()) })
 		return w
 	}
-	metric := func(w worker, name string) float64 {
-		t.Helper()
-		families, err := w.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				if m.GetGauge() != nil {
-					return m.GetGauge().GetValue()
-				}
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && l.GetValue() == "delivered" {
-						return m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		t.Fatalf("no metric %s", name)
-		return 0
+	delivered := func(w worker) float64 {
+		return metricstest.Value(t, w.reg, "dispatch_deliveries_total", "outcome", "delivered")
 	}
-	delivered := func(w worker) float64 { return metric(w, "dispatch_deliveries_total") }
-	standingBy := func(w worker) bool { return metric(w, "dispatch_worker_standing_by") == 1 }
+	standingBy := func(w worker) bool { return metricstest.Value(t, w.reg, "dispatch_worker_standing_by") == 1 }
 	publish := func(n int) {
 		t.Helper()
 		want := rcv.count() + n
