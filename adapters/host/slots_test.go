@@ -1,7 +1,10 @@
 package host_test
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -68,5 +71,53 @@ func TestASlotThatCannotBeTakenCountsAlone(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close of a solitary slot = %v", err)
+	}
+}
+
+// TestHelperHoldsASlot is not a test of its own: TestAKilledWorkersSlotComesFree
+// runs the test binary as a worker process that holds a slot until killed.
+func TestHelperHoldsASlot(t *testing.T) {
+	dir := os.Getenv("DISPATCH_TEST_SLOT_DIR")
+	if dir == "" {
+		return // run as an ordinary test: nothing to hold
+	}
+	host.Join(dir)
+	fmt.Println("holding")
+	select {} // until killed
+}
+
+// TestAKilledWorkersSlotComesFree kills a worker process that holds the
+// first slot, without letting it close anything: the kernel releases its
+// lock, so the worker behind it becomes the first at its next count, as
+// a standing-by worker must when the reading one dies.
+func TestAKilledWorkersSlotComesFree(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "workers")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldsASlot$")
+	cmd.Env = append(os.Environ(), "DISPATCH_TEST_SLOT_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "holding\n" {
+		t.Fatalf("the worker process said %q, %v; want it holding a slot", line, err)
+	}
+
+	behind := host.Join(dir)
+	defer behind.Close()
+	if got, want := behind.Census(), (host.Census{Peers: 2, Ahead: 1}); got != want {
+		t.Fatalf("behind a live worker: Census = %+v, want %+v", got, want)
+	}
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: nothing runs after it
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if got, want := behind.Census(), (host.Census{Peers: 1, Ahead: 0}); got != want {
+		t.Errorf("after the worker ahead was killed: Census = %+v, want %+v", got, want)
 	}
 }
