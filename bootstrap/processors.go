@@ -2,8 +2,12 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -24,12 +28,13 @@ func processorShare(processors, peers int) int {
 }
 
 // machineShare is a worker process's place among the Dispatch workers on
-// its machine: how many there are and how many joined before it
-// (host.Slot), counted every machineShareInterval, and whether the machine
-// is saturated (host.CPU).
+// its machine: how many there are (host.Slot), how many of them are its
+// deployment's and how many of those joined before it, counted every
+// machineShareInterval, and whether the machine is saturated (host.CPU).
 type machineShare struct {
 	peers atomic.Int32
-	// first: no worker on the machine joined before this one.
+	// first: no worker of this deployment on the machine joined before
+	// this one.
 	first atomic.Bool
 	// saturated tells whether the machine is saturated.
 	saturated func() bool
@@ -41,31 +46,44 @@ type machineShare struct {
 func (m *machineShare) Shared() bool { return m != nil && m.peers.Load() > 1 }
 
 // Saturated reports whether the machine's processors are saturated
-// (host.CPU: busy 95 % of a second, until below 85 %). Safe for
-// concurrent use.
+// (host.CPU: busy 95 % of a half second, until below 85 % over a whole
+// one). Safe for concurrent use.
 func (m *machineShare) Saturated() bool { return m != nil && m.saturated() }
 
 // StandBy reports whether this worker should read nothing now: with
 // Config.WorkerStandby, while the machine is saturated and another worker
-// on it joined before this one (host.Census.Ahead) and reads. Of the
-// workers on a saturated machine only the longest-standing one reads:
-// more processes taking turns for the same processors add no throughput,
-// only their share of the wake-ups, batches a fraction of one worker's
-// size, and more connections to PostgreSQL, Redis and the endpoints (see
+// of its deployment on the machine joined before it
+// (host.Census.Ahead) and reads. Of a deployment's workers on a saturated
+// machine only the longest-standing one reads: more processes taking
+// turns for the same processors add no throughput, only their share of
+// the wake-ups, batches a fraction of one worker's size, and more
+// connections to PostgreSQL, Redis and the endpoints (see
 // docs/performance.md). They agree on which without talking to each
 // other, and when the reading one ends, the next in line reads at the
-// next count. Safe for concurrent use; it reads no files.
+// next count. Workers of other deployments (another Redis, or key
+// prefix: other streams) never make a worker stand by. Safe for
+// concurrent use; it reads no files.
 func (m *machineShare) StandBy() bool {
 	return m != nil && m.standby && !m.first.Load() && m.saturated()
 }
 
-// readers is how many of peers workers read: all of them, or on a
-// saturated machine where workers stand by, only the first.
-func readers(peers int, standingBy bool) int {
+// readers is how many of the peers workers on the machine read, mine of
+// them of this worker's deployment: all of them, or on a saturated
+// machine where workers stand by, one of mine and all the others (whose
+// deployments this worker cannot see into).
+func readers(peers, mine int, standingBy bool) int {
 	if standingBy {
-		return 1
+		return max(peers-mine+1, 1)
 	}
 	return max(peers, 1)
+}
+
+// deploymentSlotDir is the folder where the workers of one deployment
+// (the streams of one Redis and key prefix) count each other, inside the
+// machine's.
+func deploymentSlotDir(machineDir string, cfg Config) string {
+	sum := sha256.Sum256([]byte(cfg.RedisURL + "\x00" + cfg.RedisKeyPrefix))
+	return filepath.Join(machineDir, "deployment-"+hex.EncodeToString(sum[:8]))
 }
 
 // machineShareModule counts the worker processes on the machine and
@@ -92,16 +110,16 @@ var machineShareModule = fx.Module("machine-share",
 		_, operatorSet := os.LookupEnv("GOMAXPROCS")
 		sizing := cfg.WorkerShareProcessors && !operatorSet
 		processors := runtime.GOMAXPROCS(0)
-		var slot *host.Slot
+		var slot, deployment *host.Slot
 		count := func() {
-			census := slot.Census()
-			share.peers.Store(int32(census.Peers))
-			share.first.Store(census.Ahead == 0)
+			machine, mine := slot.Census(), deployment.Census()
+			share.peers.Store(int32(machine.Peers))
+			share.first.Store(mine.Ahead == 0)
 			if !sizing {
 				return
 			}
-			standingBy := share.standby && census.Peers > 1 && share.saturated()
-			want := processorShare(processors, readers(census.Peers, standingBy))
+			standingBy := share.standby && mine.Peers > 1 && share.saturated()
+			want := processorShare(processors, readers(machine.Peers, mine.Peers, standingBy))
 			if was := runtime.GOMAXPROCS(0); want != was {
 				runtime.GOMAXPROCS(want)
 				log.Info("worker sized to its share of the machine's processors", "gomaxprocs", want, "was", was, "processors", processors)
@@ -116,6 +134,7 @@ var machineShareModule = fx.Module("machine-share",
 					dir = host.DefaultSlotDir()
 				}
 				slot = host.Join(dir)
+				deployment = host.Join(deploymentSlotDir(dir, cfg))
 				count()
 				return nil
 			},
@@ -123,7 +142,7 @@ var machineShareModule = fx.Module("machine-share",
 				if sizing {
 					runtime.GOMAXPROCS(processors)
 				}
-				return slot.Close()
+				return errors.Join(deployment.Close(), slot.Close())
 			},
 		})
 		loops := []func(context.Context){func(ctx context.Context) {

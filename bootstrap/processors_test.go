@@ -33,27 +33,32 @@ func TestMachineShareOfNoCount(t *testing.T) {
 func TestReaders(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		peers      int
-		standingBy bool
-		want       int
+		peers, mine int
+		standingBy  bool
+		want        int
 	}{
-		{1, false, 1},
-		{4, false, 4},
-		{4, true, 1}, // only the first reads
-		{1, true, 1},
-		{0, false, 1}, // no count is one
+		{1, 1, false, 1},
+		{4, 4, false, 4},
+		{4, 4, true, 1}, // only the first reads
+		{1, 1, true, 1},
+		{5, 3, true, 3}, // one of mine, and the other deployment's two
+		{5, 3, false, 5},
+		{0, 0, false, 1}, // no count is one
+		{0, 0, true, 1},
 	} {
-		if got := bootstrap.Readers(tc.peers, tc.standingBy); got != tc.want {
-			t.Errorf("Readers(%d, standing by %v) = %d, want %d", tc.peers, tc.standingBy, got, tc.want)
+		if got := bootstrap.Readers(tc.peers, tc.mine, tc.standingBy); got != tc.want {
+			t.Errorf("Readers(%d, mine %d, standing by %v) = %d, want %d", tc.peers, tc.mine, tc.standingBy, got, tc.want)
 		}
 	}
 }
 
 // TestWorkersStandByOnASaturatedMachine starts two workers in this
-// process, with a folder of their own to count each other in: while the
+// process, with a folder of their own to count each other in, behind a
+// worker of another deployment (another Redis key prefix): while the
 // machine is saturated the second stands by and the first delivers
-// everything; when the machine has time to spare the second reads again,
-// and when the first ends it delivers.
+// everything, the other deployment's worker making neither stand by; when
+// the machine has time to spare the second reads again, and when the
+// first ends it delivers.
 func TestWorkersStandByOnASaturatedMachine(t *testing.T) {
 	t.Parallel()
 	var saturated atomic.Bool
@@ -73,9 +78,9 @@ func TestWorkersStandByOnASaturatedMachine(t *testing.T) {
 		share *bootstrap.MachineShare
 		reg   *prometheus.Registry
 	}
-	start := func() worker {
+	start := func(cfg bootstrap.Config) worker {
 		t.Helper()
-		opts, err := bootstrap.Options(bootstrap.RoleWorker, c.cfg)
+		opts, err := bootstrap.Options(bootstrap.RoleWorker, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,13 +105,19 @@ func TestWorkersStandByOnASaturatedMachine(t *testing.T) {
 		waitFor(t, 30*time.Second, fmt.Sprintf("%d deliveries", want), func() bool { return rcv.count() >= want })
 	}
 
-	first := start()
-	second := start()
+	otherCfg := c.cfg
+	otherCfg.RedisKeyPrefix = redistest.Prefix(t)
+	other := start(otherCfg)
+	first := start(c.cfg)
+	second := start(c.cfg)
 	waitFor(t, 10*time.Second, "the second worker to stand by", func() bool {
 		return second.share.StandBy() && standingBy(second)
 	})
 	if first.share.StandBy() || standingBy(first) {
-		t.Fatal("the first worker stands by")
+		t.Fatal("the first worker stands by: another deployment's worker joined before it")
+	}
+	if other.share.StandBy() || standingBy(other) {
+		t.Fatal("the other deployment's worker stands by")
 	}
 
 	publish(20)
