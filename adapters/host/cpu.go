@@ -102,22 +102,31 @@ func saturatedOver(was bool, window []cpuTimes) bool {
 	return nextSaturated(was, from, now)
 }
 
+// cpuTimes are the machine's processor ticks: in all, idle (I/O wait
+// included), and waiting for I/O.
 type cpuTimes struct {
-	total, idle uint64
+	total, idle, iowait uint64
 }
 
 // nextSaturated applies the thresholds to the period between prev and now,
-// given whether the machine counted as saturated before it.
+// given whether the machine counted as saturated before it. Time waiting
+// for I/O is spare when the machine turns saturated, but not when it
+// clears: a saturated machine whose processes stall on the disk a moment
+// (PostgreSQL's commits, on a slow virtual disk) has no processor time to
+// spare for more work, only a disk that more work would wait for too.
 func nextSaturated(was bool, prev, now cpuTimes) bool {
 	if now.total <= prev.total || now.idle < prev.idle {
 		return was // counters did not move, or went back: nothing to judge
 	}
 	elapsed := now.total - prev.total
-	busy := 1 - float64(min(now.idle-prev.idle, elapsed))/float64(elapsed)
+	spare := min(now.idle-prev.idle, elapsed)
 	if was {
-		return busy >= ClearBelow
+		if now.iowait >= prev.iowait { // the kernel's I/O wait may go back
+			spare -= min(now.iowait-prev.iowait, spare)
+		}
+		return 1-float64(spare)/float64(elapsed) >= ClearBelow
 	}
-	return busy >= SaturatedAbove
+	return 1-float64(spare)/float64(elapsed) >= SaturatedAbove
 }
 
 func readCPUTimes(path string) (cpuTimes, error) {
@@ -138,7 +147,8 @@ var errCPULine = errors.New(`want "cpu" followed by at least four tick counters`
 // guest and guest_nice (older kernels give fewer; at least the first four
 // are always there). Guest time is already counted in user and nice, so
 // it is left out of the total. Time stolen by a hypervisor counts as
-// busy: the processor was not there to be had.
+// busy: the processor was not there to be had. I/O wait counts as idle,
+// and is kept apart too (nextSaturated).
 func parseCPULine(line string) (cpuTimes, error) {
 	fields := strings.Fields(line)
 	if len(fields) < 5 || fields[0] != "cpu" {
@@ -154,6 +164,9 @@ func parseCPULine(line string) (cpuTimes, error) {
 		t.total += n
 		if i == 3 || i == 4 { // idle, iowait
 			t.idle += n
+		}
+		if i == 4 {
+			t.iowait = n
 		}
 	}
 	return t, nil

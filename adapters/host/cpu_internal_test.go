@@ -13,9 +13,9 @@ func TestParseCPULine(t *testing.T) {
 		err        bool
 		shape      bool // the error is errCPULine: not the "cpu" line at all
 	}{
-		{"a current kernel", "cpu  4705 356 584 3699 23 23 0 7 11 13", cpuTimes{total: 4705 + 356 + 584 + 3699 + 23 + 23 + 0 + 7, idle: 3699 + 23}, false, false},
+		{"a current kernel", "cpu  4705 356 584 3699 23 23 0 7 11 13", cpuTimes{total: 4705 + 356 + 584 + 3699 + 23 + 23 + 0 + 7, idle: 3699 + 23, iowait: 23}, false, false},
 		{"four counters (an old kernel)", "cpu 10 0 5 85", cpuTimes{total: 100, idle: 85}, false, false},
-		{"iowait counts as idle", "cpu 10 0 0 50 40", cpuTimes{total: 100, idle: 90}, false, false},
+		{"iowait counts as idle, and apart", "cpu 10 0 0 50 40", cpuTimes{total: 100, idle: 90, iowait: 40}, false, false},
 		{"steal counts as busy", "cpu 0 0 0 50 0 0 0 50", cpuTimes{total: 100, idle: 50}, false, false},
 		{"guest time is not counted twice", "cpu 60 0 0 40 0 0 0 0 60 0", cpuTimes{total: 100, idle: 40}, false, false},
 		{"one processor's line", "cpu0 10 0 5 85", cpuTimes{}, true, true},
@@ -78,6 +78,10 @@ func TestNextSaturated(t *testing.T) {
 		{"saturated stays so at the clear threshold", true, cpuTimes{}, at(0.85), true},
 		{"saturated clears below it", true, cpuTimes{}, at(0.84), false},
 		{"counters that did not move keep the state", true, cpuTimes{}, cpuTimes{}, true},
+		{"waiting for the disk is spare to turn saturated", false, cpuTimes{}, cpuTimes{total: 1000, idle: 100, iowait: 90}, false},
+		{"waiting for the disk is not spare to clear", true, cpuTimes{}, cpuTimes{total: 1000, idle: 400, iowait: 300}, true},
+		{"idle beyond the disk's wait clears", true, cpuTimes{}, cpuTimes{total: 1000, idle: 400, iowait: 200}, false},
+		{"an I/O wait counter that went back is no wait", true, cpuTimes{iowait: 500}, cpuTimes{total: 1000, idle: 400, iowait: 300}, false},
 		{"counters that went back keep the state", true, cpuTimes{total: 2000, idle: 10}, cpuTimes{total: 1000, idle: 0}, true},
 	}
 	for _, tc := range cases {
