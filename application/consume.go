@@ -69,10 +69,11 @@ type Consumer struct {
 	// nothing and asks again every StandbyPoll, while the handlers in
 	// flight finish and are acknowledged. Entries it would have read go to
 	// the group's other consumers. A worker stands by while its machine is
-	// saturated and has other workers enough to keep every processor busy
-	// (bootstrap's machineShare): a process more taking turns for the same
-	// processors adds no throughput, only its share of the wake-ups,
-	// batches a fraction of the size and the other processes' contention.
+	// saturated and a worker of its deployment that joined before it reads
+	// (bootstrap's machineShare.StandBy): a process more taking turns for
+	// the same processors adds no throughput, only its share of the
+	// wake-ups, batches a fraction of the size and the other processes'
+	// contention.
 	Standby func() bool
 }
 

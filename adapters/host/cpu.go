@@ -33,7 +33,8 @@ const (
 type CPU struct {
 	// Path is the kernel's statistics file; DefaultStatPath when empty.
 	Path string
-	// Period is the window of SamplePeriod; SamplePeriod when zero.
+	// Period is the window a saturated machine is judged over, read four
+	// times in it; SamplePeriod when zero.
 	Period time.Duration
 
 	saturated atomic.Bool
@@ -48,9 +49,9 @@ func (c *CPU) Saturated() bool { return c.saturated.Load() }
 // samplesPerPeriod is how many times CPU reads the counters in a period.
 const samplesPerPeriod = 4
 
-// Run samples the machine four times a period until ctx ends. It returns at once,
-// with the error, when the statistics cannot be read (not Linux, say):
-// the machine then never counts as saturated.
+// Run samples the machine samplesPerPeriod times a period until ctx
+// ends. It returns at once, with the error, when the statistics cannot be
+// read (not Linux, say): the machine then never counts as saturated.
 func (c *CPU) Run(ctx context.Context) error {
 	path, period := c.Path, c.Period
 	if path == "" {
