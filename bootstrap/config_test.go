@@ -56,36 +56,45 @@ func TestFanOutMaxUnreadConfig(t *testing.T) {
 	}
 }
 
+// settingCase is a value of a setting's variable, flags given after it,
+// and what the setting must then be.
+type settingCase[T comparable] struct {
+	env  string
+	args []string
+	want T
+}
+
+// testSetting checks a setting read from the variable env and from flags:
+// every case parses to its value, and every refused value fails with an
+// error containing what refused gives for it.
+func testSetting[T comparable](t *testing.T, env string, get func(bootstrap.Config) T, cases []settingCase[T], refused map[string]string) {
+	t.Helper()
+	for _, tc := range cases {
+		if cfg, err := parseConfig(t, env, tc.env, tc.args...); err != nil || get(cfg) != tc.want {
+			t.Errorf("%s=%q, args %q: %v, %v; want %v", env, tc.env, tc.args, get(cfg), err, tc.want)
+		}
+	}
+	for value, want := range refused {
+		if _, err := parseConfig(t, env, value); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%q: error %v, want it to contain %q", env, value, err, want)
+		}
+	}
+}
+
 // testReadWaitSetting checks a worker read wait setting: its variable
 // and flag, 0..1s, and a clear error naming what was wrong.
 func testReadWaitSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) time.Duration) {
 	t.Helper()
-	parse := func(value string, args ...string) (bootstrap.Config, error) {
-		return parseConfig(t, env, value, args...)
-	}
-	for _, tc := range []struct {
-		env  string
-		args []string
-		want time.Duration
-	}{
+	testSetting(t, env, get, []settingCase[time.Duration]{
 		{"0", nil, 0},
 		{"64ms", nil, 64 * time.Millisecond},
 		{"1s", nil, time.Second},
 		{"64ms", []string{"--" + flagName, "8ms"}, 8 * time.Millisecond},
-	} {
-		if cfg, err := parse(tc.env, tc.args...); err != nil || get(cfg) != tc.want {
-			t.Errorf("%s=%q, args %q: %s, %v; want %s", env, tc.env, tc.args, get(cfg), err, tc.want)
-		}
-	}
-	for _, tc := range []struct{ env, want string }{
-		{"-1ms", flagName + " must be 0..1s, got -1ms"},
-		{"1001ms", flagName + " must be 0..1s, got 1.001s"},
-		{"soon", "$" + env},
-	} {
-		if _, err := parse(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s=%q: error %v, want it to contain %q", env, tc.env, err, tc.want)
-		}
-	}
+	}, map[string]string{
+		"-1ms":   flagName + " must be 0..1s, got -1ms",
+		"1001ms": flagName + " must be 0..1s, got 1.001s",
+		"soon":   "$" + env,
+	})
 }
 
 func TestWorkerReadWaitConfig(t *testing.T) {
@@ -125,24 +134,10 @@ func TestWorkerStandbyConfig(t *testing.T) {
 // boolean is refused with the variable named.
 func testBoolSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) bool) {
 	t.Helper()
-	parse := func(value string, args ...string) (bootstrap.Config, error) {
-		return parseConfig(t, env, value, args...)
-	}
-	for _, tc := range []struct {
-		env  string
-		args []string
-		want bool
-	}{
+	testSetting(t, env, get, []settingCase[bool]{
 		{"false", nil, false},
 		{"true", nil, true},
 		{"true", []string{"--" + flagName + "=false"}, false},
 		{"false", []string{"--" + flagName}, true},
-	} {
-		if cfg, err := parse(tc.env, tc.args...); err != nil || get(cfg) != tc.want {
-			t.Errorf("%s=%s, args %q: %v, %v; want %v", env, tc.env, tc.args, get(cfg), err, tc.want)
-		}
-	}
-	if _, err := parse("sometimes"); err == nil || !strings.Contains(err.Error(), "$"+env) {
-		t.Errorf("%s=sometimes: error %v, want it to name the variable", env, err)
-	}
+	}, map[string]string{"sometimes": "$" + env})
 }
