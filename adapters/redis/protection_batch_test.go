@@ -655,3 +655,96 @@ func TestFinishManyMatchesSingleRuns(t *testing.T) {
 		sameKeys(t, alone, batched, breaker, inflight)
 	}
 }
+
+// admitRun is a Protection's Admit run of holder to sub, answering into
+// reply.
+func admitRun(p *Protection, sub, holder string, perSecond, slots int, lease time.Duration, reply *[]any) scriptRun {
+	breaker, rate, inflight := p.keys(sub)
+	return scriptRun{
+		keys:  []string{breaker, rate, inflight},
+		args:  []any{RateBurst(perSecond), perSecond, 1, holder, slots, lease.Milliseconds(), "0"},
+		group: admitGroup(breaker, perSecond, slots),
+		reply: reply,
+	}
+}
+
+// TestAdmitSweepsExpiredLeasesOnlyWhenFull: a lease whose holder died
+// stays in the set while the set has room for the requests without it,
+// and is swept, its slot given to a request, once it has not.
+func TestAdmitSweepsExpiredLeasesOnlyWhenFull(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Truncate(time.Millisecond)
+	mr, client := redistest.Mini(t)
+	mr.SetTime(at)
+	ctx := t.Context()
+	p := NewProtection(client, "", ProtectionOptions{})
+	_, _, inflight := p.keys("s")
+	require.NoError(t, client.ZAdd(ctx, inflight, goredis.Z{Score: float64(at.Add(-time.Second).UnixMilli()), Member: "dead"}).Err())
+
+	admit := func(holder string) []any {
+		t.Helper()
+		var reply []any
+		errs := make([]error, 1)
+		p.admitScript.write(ctx, []scriptRun{admitRun(p, "s", holder, 100, 2, time.Minute, &reply)}, errs)
+		require.NoError(t, errs[0], holder)
+		return reply
+	}
+	assert.Equal(t, []any{int64(1)}, admit("h1"))
+	members, err := client.ZRange(ctx, inflight, 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dead", "h1"}, members, "room for h1 beside the expired lease: not swept")
+
+	assert.Equal(t, []any{int64(1)}, admit("h2"), "the expired lease's slot")
+	members, err = client.ZRange(ctx, inflight, 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"h1", "h2"}, members, "full: swept")
+	assert.Equal(t, []any{int64(3)}, admit("h3"), "two live leases of two")
+}
+
+// TestProtectionScriptsTakeLargeBatches sends 8,200 Admits to one
+// subscription in one call of protection_admit.lua, then their 8,200
+// Finishes in one call of protection_finish.lua, on real Redis: more
+// leases than one ZADD or ZREM of the scripts carries (unpack's results
+// must fit Lua's stack), so both split them, and every one is taken and
+// given back.
+func TestProtectionScriptsTakeLargeBatches(t *testing.T) {
+	t.Parallel()
+	client, prefix := redistest.Client(t), redistest.Prefix(t)
+	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
+	ctx := t.Context()
+	p := NewProtection(client, prefix, ProtectionOptions{})
+	const n = 8200
+	admits := make([]scriptRun, n)
+	admitReplies := make([][]any, n)
+	for i := range admits {
+		admits[i] = admitRun(p, "s", fmt.Sprint("h", i), 1000000, 10000, time.Minute, &admitReplies[i])
+	}
+	require.Len(t, p.admitScript.calls(admits), 1)
+	errs := make([]error, n)
+	p.admitScript.write(ctx, admits, errs)
+	for i := range admits {
+		require.NoError(t, errs[i], "admit %d", i)
+		require.Equal(t, []any{int64(1)}, admitReplies[i], "admit %d", i)
+	}
+	_, _, inflight := p.keys("s")
+	count, err := client.ZCard(ctx, inflight).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), count)
+
+	breaker, _, _ := p.keys("s")
+	finishes := make([]scriptRun, n)
+	finishReplies := make([][]any, n)
+	for i := range finishes {
+		finishes[i] = scriptRun{keys: []string{inflight, breaker}, args: []any{fmt.Sprint("h", i), "1"}, group: breaker, reply: &finishReplies[i]}
+	}
+	require.Len(t, p.finishScript.calls(finishes), 1)
+	errs = make([]error, n)
+	p.finishScript.write(ctx, finishes, errs)
+	for i := range finishes {
+		require.NoError(t, errs[i], "finish %d", i)
+		require.Equal(t, []any{int64(1)}, finishReplies[i], "finish %d", i)
+	}
+	count, err = client.ZCard(ctx, inflight).Result()
+	require.NoError(t, err)
+	assert.Zero(t, count, "every slot given back")
+}

@@ -14,9 +14,19 @@
 -- stores it with breaker_swap.lua. A failure leaves the breaker as it is,
 -- so the breaker is read once.
 local breaker = redis.call('GET', KEYS[2])
+-- Every holder's slot back first, in ZREMs of at most 1,000 holders
+-- (unpack's results must fit Lua's stack): the breaker's answers below do
+-- not depend on the leases.
+local holders = {}
+for i = 1, #ARGV, 2 do
+  holders[#holders + 1] = ARGV[i]
+  if #holders == 1000 or i + 1 >= #ARGV then
+    redis.call('ZREM', KEYS[1], unpack(holders))
+    holders = {}
+  end
+end
 local replies = {}
 for i = 1, #ARGV, 2 do
-  redis.call('ZREM', KEYS[1], ARGV[i])
   if ARGV[i + 1] == '1' and (not breaker or string.sub(breaker, 1, 2) == 'c:') then
     if breaker then
       redis.call('DEL', KEYS[2])
