@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -40,6 +41,12 @@ const (
 	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
 	// delivery unread for longer than anyone would trade for CPU.
 	MaxWorkerReadWait = time.Second
+	// DefaultProtectionLease is ProtectionLease's default, and
+	// MaxProtectionLease its most: a lease's window bounds how long a
+	// worker goes on delivering to an endpoint whose circuit another worker
+	// opened.
+	DefaultProtectionLease = redis.DefaultLeaseWindow
+	MaxProtectionLease     = time.Second
 	// DefaultWorkerSaturatedReadWait is WorkerSaturatedReadWait's default.
 	// On two cores shared by every role (docs/performance.md, *Workers
 	// that share a saturated machine*), two and four workers sized to
@@ -108,6 +115,12 @@ type Config struct {
 	// spare or it is the longest-standing worker left
 	// (application.Consumer.Standby, machineShare.StandBy).
 	WorkerStandby bool
+	// ProtectionLease is how long a worker may hand its deliveries the
+	// requests it leased at once from an endpoint's protections (rate
+	// limit, concurrency slots), while the endpoint's breaker stores no
+	// failure, instead of asking Redis per delivery
+	// (redis.LeasedProtection); 0 asks per delivery.
+	ProtectionLease time.Duration
 	// InlineFanOutMax is the most deliveries an event may have to be fanned
 	// out in its ingest transaction; 0 turns inline fan-out off.
 	InlineFanOutMax int
@@ -158,6 +171,7 @@ func DefaultConfig() Config {
 		WorkerSaturatedReadWait: DefaultWorkerSaturatedReadWait,
 		WorkerShareProcessors:   true,
 		WorkerStandby:           true,
+		ProtectionLease:         DefaultProtectionLease,
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
@@ -216,6 +230,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.WorkerSaturatedReadWait), "worker-saturated-read-wait", "the worker's read wait while the machine's processors are saturated, when longer than worker-read-wait (0: off)")
 	parse((*boolValue)(&c.WorkerShareProcessors), "worker-share-processors", "size each worker's Go runtime to its share of the machine's processors among the Dispatch workers on it, unless GOMAXPROCS is set")
 	parse((*boolValue)(&c.WorkerStandby), "worker-standby", "let a worker stand by, reading nothing, while the machine's processors are saturated and another Dispatch worker on it joined before it")
+	parse((*durationValue)(&c.ProtectionLease), "protection-lease", "how long a worker hands its deliveries to one endpoint the requests and concurrency slots it leased at once from Redis while the endpoint is healthy, instead of asking per delivery (0: asks per delivery)")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
@@ -244,6 +259,7 @@ func (c *Config) Validate() error {
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
 	check(c.WorkerSaturatedReadWait >= 0 && c.WorkerSaturatedReadWait <= MaxWorkerReadWait, "worker-saturated-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerSaturatedReadWait)
+	check(c.ProtectionLease >= 0 && c.ProtectionLease <= MaxProtectionLease, "protection-lease must be 0..%s, got %s", MaxProtectionLease, c.ProtectionLease)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
 	check(c.FanOutMaxUnread >= 0, "fanout-max-unread must be at least 0, got %d", c.FanOutMaxUnread)

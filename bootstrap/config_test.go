@@ -81,9 +81,10 @@ func testSetting[T comparable](t *testing.T, env string, get func(bootstrap.Conf
 	}
 }
 
-// testReadWaitSetting checks a worker read wait setting: its variable
-// and flag, 0..1s, and a clear error naming what was wrong.
-func testReadWaitSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) time.Duration) {
+// testZeroToASecondSetting checks a duration setting of 0..1s (the worker's
+// read waits, the protection lease): its variable and flag, and a clear
+// error naming what was wrong.
+func testZeroToASecondSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) time.Duration) {
 	t.Helper()
 	testSetting(t, env, get, []settingCase[time.Duration]{
 		{"0", nil, 0},
@@ -101,7 +102,7 @@ func TestWorkerReadWaitConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().WorkerReadWait; got != 0 {
 		t.Errorf("default = %s, want 0: a worker reads as soon as it can unless told otherwise", got)
 	}
-	testReadWaitSetting(t, "DISPATCH_WORKER_READ_WAIT", "worker-read-wait",
+	testZeroToASecondSetting(t, "DISPATCH_WORKER_READ_WAIT", "worker-read-wait",
 		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
 }
 
@@ -109,8 +110,16 @@ func TestWorkerSaturatedReadWaitConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().WorkerSaturatedReadWait; got != bootstrap.DefaultWorkerSaturatedReadWait || got <= 0 {
 		t.Errorf("default = %s, want DefaultWorkerSaturatedReadWait (%s), above 0", got, bootstrap.DefaultWorkerSaturatedReadWait)
 	}
-	testReadWaitSetting(t, "DISPATCH_WORKER_SATURATED_READ_WAIT", "worker-saturated-read-wait",
+	testZeroToASecondSetting(t, "DISPATCH_WORKER_SATURATED_READ_WAIT", "worker-saturated-read-wait",
 		func(c bootstrap.Config) time.Duration { return c.WorkerSaturatedReadWait })
+}
+
+func TestProtectionLeaseConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().ProtectionLease; got != bootstrap.DefaultProtectionLease || got <= 0 {
+		t.Errorf("default = %s, want DefaultProtectionLease (%s), above 0", got, bootstrap.DefaultProtectionLease)
+	}
+	testZeroToASecondSetting(t, "DISPATCH_PROTECTION_LEASE", "protection-lease",
+		func(c bootstrap.Config) time.Duration { return c.ProtectionLease })
 }
 
 func TestWorkerShareProcessorsConfig(t *testing.T) {

@@ -199,7 +199,7 @@ type protections struct {
 	Protection ports.Protection
 }
 
-func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
+func newProtections(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
 	ports.Breakers, ports.RateLimiter, ports.Semaphore, ports.Protection,
 ) {
 	semaphore := redis.NewFallbackSemaphore(
@@ -212,8 +212,16 @@ func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger
 			},
 			OnRecover: func() { log.Info("Redis semaphore reachable again") },
 		})
-	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore,
-		redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
+	exact := redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
+	var protection ports.Protection = exact
+	if cfg.ProtectionLease > 0 {
+		leased := redis.NewLeasedProtection(exact, redis.LeaseOptions{Window: cfg.ProtectionLease})
+		// Stopped after the roles that use it (fx stops in reverse), so
+		// the slots their last deliveries gave back go back to Redis too.
+		lc.Append(fx.StopHook(leased.Close))
+		protection = leased
+	}
+	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore, protection
 }
 
 // newSender and newGuard apply the same SSRF policy: the guard when a

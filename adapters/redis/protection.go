@@ -183,11 +183,8 @@ func (p *Protection) keys(subscriptionID string) (breaker, rate, inflight string
 // Bad arguments (a rate or limit below 1, an empty holder, a lease of 0)
 // are errors, as for the separate ports.
 func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
-	if req.PerSecond < 1 {
-		return ports.Admitted{}, fmt.Errorf("redis protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
-	}
-	if err := checkSemaphoreArgs(req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease); err != nil {
-		return ports.Admitted{}, fmt.Errorf("redis protection: %w", err)
+	if err := checkAdmission(req); err != nil {
+		return ports.Admitted{}, err
 	}
 	if err := p.resting(); err != nil {
 		return ports.Admitted{}, err
