@@ -72,6 +72,7 @@ type runFlags struct {
 	jsonPath, plotPath string
 	mdPath             string
 	cpuProfile         string
+	memProfile         string
 }
 
 func newRunFlagSet(cfg *Config, rf *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -87,6 +88,7 @@ func newRunFlagSet(cfg *Config, rf *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&rf.mdPath, "md", "", "also write the Markdown table to this file")
 	fs.StringVar(&rf.plotPath, "plot", "", "write a PNG plot of throughput and latency over time to this file")
 	fs.StringVar(&rf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (generator, receiver, in-process roles; use --workers 0 to include the worker) over the measured window to this file")
+	fs.StringVar(&rf.memProfile, "memprofile", "", "write a profile of this process's allocations (as --cpuprofile; since the process started, so setup included) at the end of the measured window to this file")
 	cfg.Flags(fs)
 	return fs
 }
@@ -145,6 +147,15 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer f.Close()
 		opts.CPUProfile = f
+	}
+	if rf.memProfile != "" {
+		f, err := os.Create(rf.memProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		opts.MemProfile = f
 	}
 	r, err := Run(ctx, cfg, opts)
 	if r != nil {

@@ -43,6 +43,9 @@ type Options struct {
 	// (load generator, receiver and the roles run in process) over the
 	// measured window.
 	CPUProfile io.Writer
+	// MemProfile, when set, receives a pprof profile of this process's
+	// allocations (since it started) at the end of the measured window.
+	MemProfile io.Writer
 }
 
 // Run executes one run of cfg and reports what it measured. With no
@@ -171,6 +174,11 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 	progress.stop()
 	if opts.CPUProfile != nil {
 		pprof.StopCPUProfile()
+	}
+	if opts.MemProfile != nil {
+		if err := pprof.Lookup("allocs").WriteTo(opts.MemProfile, 0); err != nil {
+			return nil, fmt.Errorf("allocation profile: %w", err)
+		}
 	}
 	cpuEnd := takeCPUSample(startGroups.union(probe(context.WithoutCancel(ctx))))
 

@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 // TestTinyRunDeliversEverythingAndWritesEveryReport starts Dispatch in
 // process (a fresh database on the PostgreSQL server the tests use, a
 // Redis prefix, one in-process worker), publishes 200 events to two
-// subscriptions and checks the counts and the three report files.
+// subscriptions and checks the counts, the three report files and the
+// profiles.
 func TestTinyRunDeliversEverythingAndWritesEveryReport(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
@@ -45,10 +46,15 @@ func TestTinyRunDeliversEverythingAndWritesEveryReport(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var progress bytes.Buffer
-	r, err := Run(ctx, cfg, Options{Progress: &progress})
+	var progress, cpuProfile, memProfile bytes.Buffer
+	r, err := Run(ctx, cfg, Options{Progress: &progress, CPUProfile: &cpuProfile, MemProfile: &memProfile})
 	if err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	for name, profile := range map[string][]byte{"CPU": cpuProfile.Bytes(), "allocation": memProfile.Bytes()} {
+		if !bytes.HasPrefix(profile, []byte{0x1f, 0x8b}) { // pprof's gzipped protocol buffer
+			t.Errorf("%s profile is not a pprof profile (%d bytes)", name, len(profile))
+		}
 	}
 	p, d := r.Publish, r.Deliveries
 	if p.Sent != 200 || p.Accepted != 200 || p.Failed != 0 {
