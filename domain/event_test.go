@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,12 @@ func TestIsCompactJSON(t *testing.T) {
 		{"{\t}", false},
 		{"{\r}", false},
 		{``, true},
+		{`{"a":"\\\" "}`, true},  // an escaped backslash, then an escaped quote
+		{`{"a":"\\\\" }`, false}, // two escaped backslashes end the string
+		{`"\`, true},             // unterminated: not well-formed
+		{`{"a":"x"} `, false},
+		{`{"a":"a string past sixteen bytes \" ends \\"} `, false}, // quotes found by IndexByte
+		{`{"a":"a string past sixteen bytes \\\" goes on"}`, true},
 	}
 	for _, tt := range tests {
 		if got := IsCompactJSON([]byte(tt.in)); got != tt.want {
@@ -168,13 +175,40 @@ func TestIsCompactJSON(t *testing.T) {
 	}
 }
 
-// FuzzIsCompactJSON checks IsCompactJSON against json.Compact on every
-// well-formed input: it is true exactly when compacting changes nothing.
+// isCompactJSONByByte is IsCompactJSON as first written, a byte at a time:
+// the reference the fuzz test holds the faster one to, well-formed or not.
+func isCompactJSONByByte(d []byte) bool {
+	inString := false
+	for i := 0; i < len(d); i++ {
+		c := d[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzIsCompactJSON checks IsCompactJSON against the byte-at-a-time
+// reference on every input, and against json.Compact on every well-formed
+// one: it is true exactly when compacting changes nothing.
 func FuzzIsCompactJSON(f *testing.F) {
-	for _, seed := range []string{`{}`, `{"a": 1}`, `{"a":"\" "}`, `[1, "\\", {"b":null}]`, "{\"a\":\n1}", `"x y"`} {
+	for _, seed := range []string{`{}`, `{"a": 1}`, `{"a":"\" "}`, `[1, "\\", {"b":null}]`, "{\"a\":\n1}", `"x y"`,
+		`{"a":"\\\" "} `, `"\`, `{"a":"b" , "c":1}`, "\"\\\\\\\"\" "} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data string) {
+		if got, want := IsCompactJSON([]byte(data)), isCompactJSONByByte([]byte(data)); got != want {
+			t.Fatalf("IsCompactJSON(%q) = %v, the byte-at-a-time reference %v", data, got, want)
+		}
 		var compact bytes.Buffer
 		if json.Compact(&compact, []byte(data)) != nil {
 			return
@@ -183,4 +217,38 @@ func FuzzIsCompactJSON(f *testing.F) {
 			t.Fatalf("IsCompactJSON(%q) = %v, but json.Compact gives %q", data, got, compact.String())
 		}
 	})
+}
+
+// BenchmarkIsCompactJSON measures IsCompactJSON and the byte-at-a-time
+// reference on two 1 KiB objects: the load tool's (one long string) and
+// one of many short fields, as a typical event's data.
+//
+//	go test -run '^$' -bench BenchmarkIsCompactJSON ./domain/
+func BenchmarkIsCompactJSON(b *testing.B) {
+	long := []byte(`{"seq":1234567,"pad":"` + strings.Repeat("abcdefghijklmnopqrstuvwxyz", 39) + `"}`)
+	var fields strings.Builder
+	fields.WriteString(`{"id":"cus_123"`)
+	for i := 0; fields.Len() < 1000; i++ {
+		fmt.Fprintf(&fields, `,"field_%d":"value %d","n_%d":%d,"ok_%d":true`, i, i, i, i*7, i)
+	}
+	fields.WriteString(`}`)
+	for _, data := range []struct {
+		name string
+		d    []byte
+	}{{"one-string", long}, {"many-fields", []byte(fields.String())}} {
+		for _, f := range []struct {
+			name string
+			fn   func([]byte) bool
+		}{{"IsCompactJSON", IsCompactJSON}, {"byte-at-a-time", isCompactJSONByByte}} {
+			b.Run(data.name+"/"+f.name, func(b *testing.B) {
+				if !f.fn(data.d) {
+					b.Fatal("not compact")
+				}
+				b.SetBytes(int64(len(data.d)))
+				for b.Loop() {
+					f.fn(data.d)
+				}
+			})
+		}
+	}
 }
