@@ -361,7 +361,17 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 	if len(fanouts) == 0 {
 		return nil, nil
 	}
-	var params sqlcgen.FanOutParams
+	// Sized up front (made, not nil: a nil slice would be a NULL array).
+	n := 0
+	for _, f := range fanouts {
+		n += len(f.Deliveries)
+	}
+	params := sqlcgen.FanOutParams{
+		EventIds: make([]string, 0, len(fanouts)), Ids: make([]string, 0, n), DeliveryEventIds: make([]string, 0, n),
+		SubscriptionIds: make([]string, 0, n), Statuses: make([]string, 0, n), Attempts: make([]int32, 0, n),
+		NextAttemptAts: make([]time.Time, 0, n), OrderingKeys: make([]string, 0, n), CreatedAts: make([]time.Time, 0, n),
+		UpdatedAts: make([]time.Time, 0, n), ReservedUntils: make([]time.Time, 0, n),
+	}
 	listed := make(map[string]bool, len(fanouts))
 	for _, f := range fanouts {
 		if listed[f.EventID] {
@@ -384,16 +394,6 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 			params.ReservedUntils = append(params.ReservedUntils, d.ReservedUntil)
 		}
 	}
-	params.Ids = nonNil(params.Ids)
-	params.DeliveryEventIds = nonNil(params.DeliveryEventIds)
-	params.SubscriptionIds = nonNil(params.SubscriptionIds)
-	params.Statuses = nonNil(params.Statuses)
-	params.Attempts = nonNil(params.Attempts)
-	params.NextAttemptAts = nonNil(params.NextAttemptAts)
-	params.OrderingKeys = nonNil(params.OrderingKeys)
-	params.CreatedAts = nonNil(params.CreatedAts)
-	params.UpdatedAts = nonNil(params.UpdatedAts)
-	params.ReservedUntils = nonNil(params.ReservedUntils)
 	created, err := s.planned.FanOut(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), interpretError(err))
