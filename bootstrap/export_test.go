@@ -27,3 +27,10 @@ func WithSaturation(cfg Config, saturated func() bool) Config {
 
 // Readers exposes how many workers on a machine read.
 var Readers = readers
+
+// WorkerGCModule exposes the worker's garbage collection target, and
+// WorkerGCPercent its value.
+var (
+	WorkerGCModule  = workerGCModule
+	WorkerGCPercent = workerGCPercent
+)

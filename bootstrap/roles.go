@@ -50,7 +50,7 @@ func Options(role Role, cfg Config) (fx.Option, error) {
 	case RoleAPI:
 		return fx.Options(append(append(base, durable...), apiModule)...), nil
 	case RoleWorker:
-		return fx.Options(append(append(base, durable...), workerModule, machineShareModule, adminModule)...), nil
+		return fx.Options(append(append(base, durable...), workerModule, machineShareModule, workerGCModule, adminModule)...), nil
 	case RoleScheduler:
 		return fx.Options(append(append(base, durable...), schedulerModule, adminModule)...), nil
 	case RoleAll:
