@@ -102,7 +102,7 @@ if count + #waiting <= limit then
   -- In ZADDs of at most 500 leases: unpack's results must fit Lua's stack.
   local zadd = {}
   for j = 1, #waiting do
-    zadd[#zadd + 1] = now_ms + ttls[j]
+    zadd[#zadd + 1] = string.format('%d', now_ms + ttls[j]) -- not %.17g
     zadd[#zadd + 1] = holders[j]
     out[waiting[j]] = {1}
     if #zadd == 1000 or j == #waiting then

@@ -72,12 +72,15 @@ if count + n > limit then
 end
 
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = now_ms + tonumber(ARGV[5])
+-- Numbers formatted as integers once: a Lua number handed to redis.call,
+-- or joined to a string, is printed with %.17g (%.14g), which costs more
+-- than the ZADD.
+local expiry = string.format('%d', now_ms + tonumber(ARGV[5]))
 local prefix, first = ARGV[7], tonumber(ARGV[8])
 local zadd = {}
 for i = 0, n - 1 do
   zadd[#zadd + 1] = expiry
-  zadd[#zadd + 1] = prefix .. (first + i)
+  zadd[#zadd + 1] = string.format('%s%d', prefix, first + i)
   if #zadd == 1000 or i == n - 1 then
     redis.call('ZADD', key, unpack(zadd))
     zadd = {}
