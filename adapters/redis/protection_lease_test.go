@@ -334,3 +334,25 @@ func BenchmarkDeliveryProtectionLeasedParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
 }
+
+// TestLeasedProtectionMiniredis leases on miniredis, whose Lua runs the
+// lease script (as `dispatch dev` does): leases, a refusal of a full set,
+// and slots given back on Close.
+func TestLeasedProtectionMiniredis(t *testing.T) {
+	t.Parallel()
+	_, client := redistest.Mini(t)
+	l := leased(t, client, "", &leaseClock{at: time.Now()})
+	for i := range 3 {
+		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", fmt.Sprint("h", i), 1000, 8)).Refused)
+	}
+	assert.Len(t, members(t, client, "", "s"), 3, "leases of one, then of two")
+	for i := 3; i < 8; i++ {
+		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", fmt.Sprint("h", i), 1000, 8)).Refused)
+	}
+	assert.Equal(t, ports.RefusedBySemaphore, admitLeased(t, l, leaseAdmission("s", "h8", 1000, 8)).Refused)
+	for i := range 8 {
+		finishLeased(t, l, "s", fmt.Sprint("h", i), true)
+	}
+	require.NoError(t, l.Close(t.Context()))
+	assert.Empty(t, members(t, client, "", "s"))
+}
