@@ -19,31 +19,13 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-// leaseClock is a LeaseOptions.Now a test moves by hand.
-type leaseClock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (c *leaseClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *leaseClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.at = c.at.Add(d)
-}
-
 // leased is a LeasedProtection on client and prefix whose windows pass by
 // clock (a clock of its own when nil), closed when the test ends.
-func leased(t testing.TB, client goredis.UniversalClient, prefix string, clock *leaseClock) *LeasedProtection {
+func leased(t testing.TB, client goredis.UniversalClient, prefix string, clock *fakeClock) *LeasedProtection {
 	t.Helper()
 	opts := LeaseOptions{Window: time.Hour} // the clock moves windows on
 	if clock != nil {
-		opts.Now = clock.now
+		opts.Now = clock.Now
 	} else {
 		opts.Window = 0
 	}
@@ -100,7 +82,7 @@ func TestLeasedProtectionLeasesAtOnce(t *testing.T) {
 	client, counter := countingClient(t)
 	prefix := redistest.Prefix(t)
 	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
-	l := leased(t, client, prefix, &leaseClock{at: time.Now()})
+	l := leased(t, client, prefix, &fakeClock{now: time.Now()})
 	require.NoError(t, l.Warm(t.Context()))
 	counter.take()
 
@@ -175,7 +157,7 @@ func TestLeasedProtectionSharesTheRateLimit(t *testing.T) {
 func TestLeasedProtectionFailuresGoRequestByRequest(t *testing.T) {
 	t.Parallel()
 	client, prefix := realLeaseClient(t)
-	clock := &leaseClock{at: time.Now()}
+	clock := &fakeClock{now: time.Now()}
 	l := leased(t, client, prefix, clock)
 	breakers := NewBreakers(client, prefix)
 	cfg := domain.DefaultBreakerConfig()
@@ -198,7 +180,7 @@ func TestLeasedProtectionFailuresGoRequestByRequest(t *testing.T) {
 	require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", "h3", 1000, 100)).Refused)
 	assert.Contains(t, members(t, client, prefix, "s"), "h3", "still the window of the failure")
 	finishLeased(t, l, "s", "h3", true)
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", "h4", 1000, 100)).Refused)
 	assert.NotContains(t, members(t, client, prefix, "s"), "h4", "leased again")
 
@@ -218,7 +200,7 @@ func TestLeasedProtectionFailuresGoRequestByRequest(t *testing.T) {
 func TestLeasedProtectionSeesABreakerOpenedElsewhere(t *testing.T) {
 	t.Parallel()
 	client, prefix := realLeaseClient(t)
-	clock := &leaseClock{at: time.Now()}
+	clock := &fakeClock{now: time.Now()}
 	l := leased(t, client, prefix, clock)
 	require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", "h1", 1000, 100)).Refused)
 	finishLeased(t, l, "s", "h1", true)
@@ -227,7 +209,7 @@ func TestLeasedProtectionSeesABreakerOpenedElsewhere(t *testing.T) {
 		_, err := breakers.Record(t.Context(), "s", cfg, false, time.Now())
 		require.NoError(t, err)
 	}
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	assert.Equal(t, ports.RefusedByBreaker, admitLeased(t, l, leaseAdmission("s", "h2", 1000, 100)).Refused)
 }
 
@@ -237,7 +219,7 @@ func TestLeasedProtectionSeesABreakerOpenedElsewhere(t *testing.T) {
 func TestLeasedProtectionGivesBackUnusedSlots(t *testing.T) {
 	t.Parallel()
 	client, prefix := realLeaseClient(t)
-	clock := &leaseClock{at: time.Now()}
+	clock := &fakeClock{now: time.Now()}
 	l := leased(t, client, prefix, clock)
 	for _, h := range []string{"h1", "h2"} { // leases of one, then of two
 		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", h, 1000, 100)).Refused)
@@ -247,7 +229,7 @@ func TestLeasedProtectionGivesBackUnusedSlots(t *testing.T) {
 	require.NoError(t, l.sweep(t.Context(), false))
 	assert.Len(t, members(t, client, prefix, "s"), 3, "within the window the lease keeps its slots")
 
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	require.NoError(t, l.sweep(t.Context(), false))
 	assert.Len(t, members(t, client, prefix, "s"), 1, "h2's slot, in use")
 	finishLeased(t, l, "s", "h2", true)
@@ -260,7 +242,7 @@ func TestLeasedProtectionGivesBackUnusedSlots(t *testing.T) {
 func TestLeasedProtectionLimitsChange(t *testing.T) {
 	t.Parallel()
 	client, prefix := realLeaseClient(t)
-	l := leased(t, client, prefix, &leaseClock{at: time.Now()})
+	l := leased(t, client, prefix, &fakeClock{now: time.Now()})
 	for _, h := range []string{"h1", "h2"} {
 		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", h, 1000, 100)).Refused)
 	}
@@ -341,7 +323,7 @@ func BenchmarkDeliveryProtectionLeasedParallel(b *testing.B) {
 func TestLeasedProtectionMiniredis(t *testing.T) {
 	t.Parallel()
 	_, client := redistest.Mini(t)
-	l := leased(t, client, "", &leaseClock{at: time.Now()})
+	l := leased(t, client, "", &fakeClock{now: time.Now()})
 	for i := range 3 {
 		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", fmt.Sprint("h", i), 1000, 8)).Refused)
 	}
