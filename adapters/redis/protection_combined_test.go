@@ -190,10 +190,19 @@ func BenchmarkDeliveryProtectionCombinedParallelUnbatched(b *testing.B) {
 }
 
 func benchmarkCombinedParallel(b *testing.B, opts ProtectionOptions) {
+	benchmarkProtectionParallel(b, func(client goredis.UniversalClient, prefix string) ports.Protection {
+		return NewProtection(client, prefix, opts)
+	})
+}
+
+// benchmarkProtectionParallel runs a delivery's Admit and Finish from 64
+// goroutines over 16 subscriptions through the Protection newProtection
+// makes, reporting its round trips per delivery.
+func benchmarkProtectionParallel(b *testing.B, newProtection func(goredis.UniversalClient, string) ports.Protection) {
 	client, trips := roundTripClient(b)
 	prefix := redistest.Prefix(b)
 	b.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
-	p := NewProtection(client, prefix, opts)
+	p := newProtection(client, prefix)
 	ctx, cfg := b.Context(), domain.DefaultBreakerConfig()
 	const goroutines, subscriptions = 64, 16
 	var next atomic.Int64

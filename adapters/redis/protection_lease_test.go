@@ -3,8 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,33 +286,9 @@ func TestLeasedProtectionRestsAfterFailure(t *testing.T) {
 // BenchmarkDeliveryProtectionLeasedParallel is
 // BenchmarkDeliveryProtectionCombinedParallel through LeasedProtection.
 func BenchmarkDeliveryProtectionLeasedParallel(b *testing.B) {
-	client, trips := roundTripClient(b)
-	prefix := redistest.Prefix(b)
-	b.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), client, "rate:"+prefix) })
-	l := leased(b, client, prefix, nil)
-	ctx, cfg := b.Context(), domain.DefaultBreakerConfig()
-	const goroutines, subscriptions = 64, 16
-	var next atomic.Int64
-	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
-	trips.Store(0)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := next.Add(1)
-			sub, holder := "s"+strconv.FormatInt(i%subscriptions, 10), "h"+strconv.FormatInt(i, 10)
-			res, err := l.Admit(ctx, ports.Admission{
-				SubscriptionID: sub, Holder: holder, Breaker: cfg, Now: time.Now(),
-				PerSecond: domain.MaxRateLimit, MaxInFlight: domain.DefaultMaxInFlight, Lease: time.Minute,
-			})
-			if err != nil || res.Refused == ports.RefusedBySemaphore || res.Refused == ports.RefusedByBreaker {
-				b.Fatal("admit", res, err)
-			}
-			if _, err := l.Finish(ctx, sub, holder, cfg, true, time.Now()); err != nil {
-				b.Fatal(err)
-			}
-		}
+	benchmarkProtectionParallel(b, func(client goredis.UniversalClient, prefix string) ports.Protection {
+		return leased(b, client, prefix, nil)
 	})
-	b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
 }
 
 // TestLeasedProtectionMiniredis leases on miniredis, whose Lua runs the

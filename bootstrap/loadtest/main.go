@@ -139,23 +139,20 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts := Options{Progress: stderr, Stderr: stderr}
-	if rf.cpuProfile != "" {
-		f, err := os.Create(rf.cpuProfile)
+	for _, profile := range []struct {
+		path string
+		to   *io.Writer
+	}{{rf.cpuProfile, &opts.CPUProfile}, {rf.memProfile, &opts.MemProfile}} {
+		if profile.path == "" {
+			continue
+		}
+		f, err := os.Create(profile.path)
 		if err != nil {
 			fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
 			return 1
 		}
 		defer f.Close()
-		opts.CPUProfile = f
-	}
-	if rf.memProfile != "" {
-		f, err := os.Create(rf.memProfile)
-		if err != nil {
-			fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		opts.MemProfile = f
+		*profile.to = f
 	}
 	r, err := Run(ctx, cfg, opts)
 	if r != nil {

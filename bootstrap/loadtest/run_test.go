@@ -174,3 +174,20 @@ func TestEveryWorkloadIsValid(t *testing.T) {
 		t.Errorf("W6 bench cases = %+v, %v; want W6-1w, W6-2w, W6-4w", cases, err)
 	}
 }
+
+// TestProfileThatCannotBeWrittenStopsTheRun: a --cpuprofile or
+// --memprofile whose file cannot be created is an error before anything
+// runs, naming the file.
+func TestProfileThatCannotBeWrittenStopsTheRun(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"--cpuprofile", "--memprofile"} {
+		path := filepath.Join(t.TempDir(), "missing", "x.prof")
+		var stdout, stderr bytes.Buffer
+		if code := Main([]string{"--workload", "W4", "--quick", flag, path}, &stdout, &stderr); code != 1 {
+			t.Errorf("%s to a missing folder: exit %d, want 1", flag, code)
+		}
+		if !strings.Contains(stderr.String(), path) || stdout.Len() != 0 {
+			t.Errorf("%s: stderr %q, stdout %q; want the file named and no report", flag, stderr.String(), stdout.String())
+		}
+	}
+}
