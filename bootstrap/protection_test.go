@@ -98,8 +98,8 @@ func TestCircuitBreakerStopsAndProbes(t *testing.T) {
 
 // TestRateLimitHoldsAcrossWorkerProcesses: 200 events at rate_limit 20 and
 // two worker processes; no 1-second window at the endpoint holds more than
-// 20 plus the burst of 2 (plus two for delivery jitter), and everything
-// arrives.
+// 20 plus the burst of 2 (plus a burst for leases and delivery jitter), and
+// everything arrives.
 func TestRateLimitHoldsAcrossWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, nil)
@@ -130,10 +130,11 @@ func TestRateLimitHoldsAcrossWorkerProcesses(t *testing.T) {
 	}
 	t.Logf("busiest 1-second window held %d requests; all %d took %s", worst, len(times), times[len(times)-1].Sub(times[0]))
 	// The limiter admits at most 20 + burst 2 in any second; a request
-	// reaches the endpoint a few milliseconds after it was admitted, and on
-	// a loaded machine that spread can carry one or two more into a window here.
+	// reaches the endpoint a few milliseconds after it was admitted, or, when
+	// leased, up to a lease's window (100 ms) after it was taken: that
+	// spread can carry up to a burst more into a window here.
 	if worst > 20+2+2 {
-		t.Errorf("a 1-second window held %d requests, want at most 20 + burst 2 (+2 for delivery jitter)", worst)
+		t.Errorf("a 1-second window held %d requests, want at most 20 + burst 2 (+2 for leases and delivery jitter)", worst)
 	}
 }
 
