@@ -50,9 +50,12 @@ type LeaseOptions struct {
 // What every worker shares stays shared and bounded:
 //   - the slots are members of the same sorted set, with TTL leases, so
 //     the workers together never hold more than max_in_flight, and a dead
-//     worker's come back when their lease ends (a window later than a
-//     request's own); slots a worker leased and did not use go back at its
-//     next lease or within two windows (sweep);
+//     worker's come back when their lease ends (a window and
+//     leaseSlotReuse later than a request's own). A slot that comes back
+//     from its request serves the lease's next requests while usable
+//     (leaseSlotReuse past its window), and the next lease takes new slots
+//     only for the requests those do not cover; slots no longer usable go
+//     back at the next lease or the next sweep (every window);
 //   - the requests are taken from the same GCRA budget before they are
 //     made, so the workers together never exceed the rate limit. A lease's
 //     requests not handed out within its window are not given back;
@@ -94,16 +97,14 @@ type allowance struct {
 	// The limits the lease was taken for.
 	perSecond, maxInFlight int
 	lease                  time.Duration
-	// gen numbers the leases; until ends the current one's handing out.
-	gen   uint64
-	until time.Time
-	// tokens are the current lease's requests not yet handed out, free its
-	// slots not in use.
+	// until ends the current lease's requests, of which tokens are left.
+	until  time.Time
 	tokens int
-	free   []string
+	// free are slots held and not in use, each usable until its own time.
+	free []leasedSlot
 	// inUse are the slots handed out, by holder.
 	inUse map[string]leasedSlot
-	// back are slots to give back: the lease they came with has ended.
+	// back are slots to give back: no longer usable, or not wanted.
 	back []string
 	// leased is how many requests the current lease took, handed how many
 	// of them were handed out.
@@ -118,10 +119,22 @@ type allowance struct {
 	forgotten bool
 }
 
+// leasedSlot is a slot of the lease set this process holds: its member's
+// name, and until when it may be handed to a request (its member outlives
+// that by at least the request's lease).
 type leasedSlot struct {
-	name string
-	gen  uint64
+	name        string
+	usableUntil time.Time
 }
+
+// leaseSlotReuse is how long after it was taken, past the lease's window,
+// a leased slot may still be handed to a request: its member is kept in
+// Redis that much longer than a request's lease. A slot comes back from
+// its request (200 ms later in W5) after the window that took it has
+// ended; without this it would be given back and a new one taken for the
+// next request, a lease per delivery while an endpoint's slots are all in
+// use. A killed worker's slots come back this much later.
+const leaseSlotReuse = time.Second
 
 // NewLeasedProtection returns a LeasedProtection on p's client, keys and
 // options, and starts its sweep; Close stops it.
@@ -176,8 +189,7 @@ func (l *LeasedProtection) Admit(ctx context.Context, req ports.Admission) (port
 		a.perSecond, a.maxInFlight, a.lease = req.PerSecond, req.MaxInFlight, req.Lease
 		a.leased, a.handed = 0, 0
 	}
-	if now.Before(a.until) && a.tokens > 0 && len(a.free) > 0 {
-		a.hand(req.Holder)
+	if a.hand(req.Holder, now) {
 		return ports.Admitted{}, nil
 	}
 	if now.Before(a.exactUntil) {
@@ -201,19 +213,23 @@ func (l *LeasedProtection) Admit(ctx context.Context, req ports.Admission) (port
 	return admitted, nil
 }
 
-// lease runs protection_lease.lua for a, giving back the slots a no
-// longer uses, and hands holder the first request of the new lease.
-// exact reports a stored breaker: nothing was leased.
+// lease runs protection_lease.lua for a: it gives back the slots a no
+// longer uses, takes requests from the budget, and takes new slots for
+// those its usable free slots do not cover; then it hands holder the
+// first request. exact reports a stored breaker: nothing was leased.
 func (l *LeasedProtection) lease(ctx context.Context, a *allowance, req ports.Admission, now time.Time) (_ ports.Admitted, exact bool, err error) {
 	want := a.nextSize(now, leaseCap(req))
-	a.end()
+	a.tokens = 0 // the last lease's requests left are dropped
+	a.dropUnusable(now)
+	usable := len(a.free)
+	newSlots := max(0, want-usable)
 	back := a.back
-	first := l.seq.Add(int64(want)) - int64(want)
+	first := l.seq.Add(int64(newSlots)) - int64(newSlots)
 	breakerKey, rateKey, inflightKey := l.p.keys(req.SubscriptionID)
-	ttl := req.Lease + l.window
-	args := make([]any, 0, 8+len(back))
+	ttl := req.Lease + l.window + leaseSlotReuse
+	args := make([]any, 0, 10+len(back))
 	args = append(args, RateBurst(req.PerSecond), req.PerSecond, 1, req.MaxInFlight,
-		(ttl + time.Millisecond - 1).Milliseconds(), want, l.name, first)
+		(ttl + time.Millisecond - 1).Milliseconds(), want, newSlots, usable, l.name, first)
 	for _, name := range back {
 		args = append(args, name)
 	}
@@ -227,6 +243,7 @@ func (l *LeasedProtection) lease(ctx context.Context, a *allowance, req ports.Ad
 	code, _ := res[0].(int64)
 	switch {
 	case code == 0:
+		a.end() // requests go one by one for a while: the free slots go back
 		return ports.Admitted{}, true, nil
 	case code == 3:
 		return ports.Admitted{Refused: ports.RefusedBySemaphore}, false, nil
@@ -237,19 +254,19 @@ func (l *LeasedProtection) lease(ctx context.Context, a *allowance, req ports.Ad
 			return ports.Admitted{}, false, fmt.Errorf("lease script answered retry after %q: %w", s, err)
 		}
 		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: rateRetryAfter(time.Duration(seconds * float64(time.Second)))}, false, nil
-	case code == 1 && len(res) == 2:
-		n, _ := res[1].(int64)
-		if n < 1 || n > int64(want) {
-			return ports.Admitted{}, false, fmt.Errorf("lease script leased %d of %d", n, want)
+	case code == 1 && len(res) == 3:
+		tokens, _ := res[1].(int64)
+		added, _ := res[2].(int64)
+		if tokens < 1 || tokens > int64(want) || added < 0 || added > int64(newSlots) || usable+int(added) < 1 {
+			return ports.Admitted{}, false, fmt.Errorf("lease script leased %d requests of %d and %d slots of %d", tokens, want, added, newSlots)
 		}
-		a.gen++
 		a.until = now.Add(l.window)
-		a.tokens, a.leased, a.handed = int(n), int(n), 0
-		a.free = a.free[:0]
-		for i := range n {
-			a.free = append(a.free, l.name+strconv.FormatInt(first+i, 10))
+		a.tokens, a.leased, a.handed = int(tokens), int(tokens), 0
+		usableUntil := now.Add(l.window + leaseSlotReuse)
+		for i := range added {
+			a.free = append(a.free, leasedSlot{name: l.name + strconv.FormatInt(first+i, 10), usableUntil: usableUntil})
 		}
-		a.hand(req.Holder)
+		a.hand(req.Holder, now)
 		return ports.Admitted{}, false, nil
 	}
 	return ports.Admitted{}, false, fmt.Errorf("lease script answered %v", res)
@@ -272,8 +289,16 @@ func (a *allowance) nextSize(now time.Time, limit int) int {
 	return max(1, min(n, limit))
 }
 
-// hand gives holder one of the lease's requests and slots.
-func (a *allowance) hand(holder string) {
+// hand gives holder one of the lease's requests and one of its usable
+// free slots, if it has both.
+func (a *allowance) hand(holder string, now time.Time) bool {
+	if a.tokens == 0 || !now.Before(a.until) {
+		return false
+	}
+	a.dropUnusable(now)
+	if len(a.free) == 0 {
+		return false
+	}
 	if old, ok := a.inUse[holder]; ok {
 		// Admitted again before its Finish: its old slot is given back.
 		a.back = append(a.back, old.name)
@@ -281,23 +306,40 @@ func (a *allowance) hand(holder string) {
 	if a.inUse == nil {
 		a.inUse = make(map[string]leasedSlot)
 	}
-	last := len(a.free) - 1
-	a.inUse[holder] = leasedSlot{name: a.free[last], gen: a.gen}
-	a.free = a.free[:last]
+	// The oldest first: it stops being usable soonest.
+	a.inUse[holder] = a.free[0]
+	a.free = a.free[1:]
 	a.tokens--
 	a.handed++
+	return true
 }
 
-// end ends the current lease's handing out: its slots not in use are to be
-// given back, its requests left are dropped.
+// dropUnusable moves the free slots no longer usable at now to back.
+func (a *allowance) dropUnusable(now time.Time) {
+	kept := a.free[:0]
+	for _, slot := range a.free {
+		if now.Before(slot.usableUntil) {
+			kept = append(kept, slot)
+		} else {
+			a.back = append(a.back, slot.name)
+		}
+	}
+	a.free = kept
+}
+
+// end ends the current lease: its requests left are dropped and its free
+// slots are to be given back.
 func (a *allowance) end() {
-	a.back = append(a.back, a.free...)
+	for _, slot := range a.free {
+		a.back = append(a.back, slot.name)
+	}
 	a.free = a.free[:0]
 	a.tokens = 0
 }
 
 // Finish ends a request: a leased one gives its slot back to the lease
-// (no round trip) when it succeeded; a failure is recorded through
+// (no round trip; the slot serves another request while usable) when it
+// succeeded; a failure is recorded through
 // Protection at once and ends the lease. A request Admit let through
 // Protection finishes there. See ports.Protection.
 func (l *LeasedProtection) Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
@@ -307,8 +349,8 @@ func (l *LeasedProtection) Finish(ctx context.Context, subscriptionID, holder st
 		if ok {
 			delete(a.inUse, holder)
 			a.seen = l.now()
-			if s.gen == a.gen && a.seen.Before(a.until) {
-				a.free = append(a.free, s.name)
+			if a.seen.Before(s.usableUntil) {
+				a.free = append(a.free, s)
 			} else {
 				a.back = append(a.back, s.name)
 			}
@@ -347,7 +389,8 @@ func (l *LeasedProtection) existing(subscriptionID string) *allowance {
 	return l.subs[subscriptionID]
 }
 
-// sweepEvery gives back, every window, the slots of leases that ended.
+// sweepEvery gives back, every window, the slots no longer usable or
+// wanted.
 func (l *LeasedProtection) sweepEvery() {
 	defer close(l.done)
 	tick := time.NewTicker(l.window)
@@ -368,23 +411,25 @@ func (l *LeasedProtection) sweepEvery() {
 // give back is kept unused before the sweep forgets it.
 const forgetAfter = time.Minute
 
-// sweep gives back the slots of every lease whose window has passed (of
-// every lease, when all), in one round trip, and forgets allowances long
-// unused. Slots whose giving back fails are asked again next time.
+// sweep gives back the slots no longer usable or wanted (every slot not in
+// use, when all), in one round trip, and forgets allowances long unused.
+// Slots whose giving back fails are asked again next time.
 func (l *LeasedProtection) sweep(ctx context.Context, all bool) error {
 	now := l.now()
 	back := make(map[string][]string)
 	l.mu.Lock()
 	for sub, a := range l.subs {
 		a.mu.Lock()
-		if all || !now.Before(a.until) {
+		if all {
 			a.end()
-			if len(a.back) > 0 {
-				back[sub] = a.back
-				a.back = nil
-			}
+		} else {
+			a.dropUnusable(now)
 		}
-		if len(a.inUse) == 0 && len(a.back) == 0 && now.Sub(a.seen) > forgetAfter {
+		if len(a.back) > 0 {
+			back[sub] = a.back
+			a.back = nil
+		}
+		if len(a.inUse) == 0 && len(a.free) == 0 && len(a.back) == 0 && now.Sub(a.seen) > forgetAfter {
 			a.forgotten = true
 			delete(l.subs, sub)
 		}

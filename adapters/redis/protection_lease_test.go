@@ -213,7 +213,7 @@ func TestLeasedProtectionSeesABreakerOpenedElsewhere(t *testing.T) {
 
 // TestLeasedProtectionGivesBackUnusedSlots: the slots a lease did not hand
 // out, and those given back by Finish, leave the set when the sweep after
-// the window runs; those in use stay until their Finish.
+// they stopped being usable runs; those in use stay until their Finish.
 func TestLeasedProtectionGivesBackUnusedSlots(t *testing.T) {
 	t.Parallel()
 	client, prefix := realLeaseClient(t)
@@ -227,12 +227,46 @@ func TestLeasedProtectionGivesBackUnusedSlots(t *testing.T) {
 	require.NoError(t, l.sweep(t.Context(), false))
 	assert.Len(t, members(t, client, prefix, "s"), 3, "within the window the lease keeps its slots")
 
-	clock.Advance(time.Hour)
+	clock.Advance(time.Hour + leaseSlotReuse) // the window, and the slots' reuse
 	require.NoError(t, l.sweep(t.Context(), false))
 	assert.Len(t, members(t, client, prefix, "s"), 1, "h2's slot, in use")
 	finishLeased(t, l, "s", "h2", true)
 	require.NoError(t, l.Close(t.Context()))
 	assert.Empty(t, members(t, client, prefix, "s"), "Close gives back the rest")
+}
+
+// TestLeasedProtectionReusesSlotsThatComeBack: slots that come back from
+// their requests after their lease's window serve the next lease's
+// requests without new ones, while usable (leaseSlotReuse).
+func TestLeasedProtectionReusesSlotsThatComeBack(t *testing.T) {
+	t.Parallel()
+	client, prefix := realLeaseClient(t)
+	clock := &fakeClock{now: time.Now()}
+	l := leased(t, client, prefix, clock)
+	for _, h := range []string{"h1", "h2", "h3"} { // leases of one, then of two
+		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", h, 1000, 100)).Refused)
+	}
+	held := members(t, client, prefix, "s")
+	require.Len(t, held, 3)
+	clock.Advance(time.Hour) // the window ends while the requests are out
+	for _, h := range []string{"h1", "h2", "h3"} {
+		finishLeased(t, l, "s", h, true)
+	}
+	for _, h := range []string{"h4", "h5", "h6"} {
+		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", h, 1000, 100)).Refused)
+	}
+	assert.Equal(t, held, members(t, client, prefix, "s"), "the same three slots serve the next lease's requests")
+
+	clock.Advance(leaseSlotReuse) // no longer usable once back
+	for _, h := range []string{"h4", "h5", "h6"} {
+		finishLeased(t, l, "s", h, true)
+	}
+	require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", "h7", 1000, 100)).Refused)
+	now := members(t, client, prefix, "s")
+	for _, name := range held {
+		assert.NotContains(t, now, name, "given back")
+	}
+	assert.Len(t, now, 6, "new slots for a lease twice the last (it ran out within its window)")
 }
 
 // TestLeasedProtectionLimitsChange: a request with other limits than the
