@@ -152,21 +152,12 @@ func stored(made []domain.Delivery, ids []string) []domain.Delivery {
 // in active that matches its type. With limit > 0 it gives up (ok false) as
 // soon as there would be more than limit.
 func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int, reserve time.Duration) (deliveries []domain.Delivery, ok bool) {
-	matches := 0
-	for _, sub := range active {
-		if sub.Matches(e.Type) {
-			matches++
-		}
-	}
-	if limit > 0 && matches > limit {
-		return nil, false
-	}
-	if matches > 0 {
-		deliveries = make([]domain.Delivery, 0, matches)
-	}
 	for _, sub := range active {
 		if !sub.Matches(e.Type) {
 			continue
+		}
+		if limit > 0 && len(deliveries) == limit {
+			return nil, false
 		}
 		d := domain.NewDelivery(e, sub, now)
 		if d.OrderingKey == "" {
