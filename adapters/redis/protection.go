@@ -186,18 +186,12 @@ func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admi
 	if err := checkAdmission(req); err != nil {
 		return ports.Admitted{}, err
 	}
-	if err := p.resting(); err != nil {
-		return ports.Admitted{}, err
-	}
-	callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-	admitted, err := p.admit(callCtx, req)
-	if err != nil {
-		p.failed(ctx)
-		return ports.Admitted{}, fmt.Errorf("redis protection: admit %s for %s: %w", req.Holder, req.SubscriptionID, err)
-	}
-	p.recovered()
-	return admitted, nil
+	var admitted ports.Admitted
+	err := p.guarded(ctx, "admit "+req.Holder+" for "+req.SubscriptionID, func(ctx context.Context) (err error) {
+		admitted, err = p.admit(ctx, req)
+		return err
+	})
+	return admitted, err
 }
 
 func (p *Protection) admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
@@ -250,31 +244,48 @@ func admitResult(res []any) (ports.Admitted, error) {
 	case code == 3:
 		return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
 	case code == 2 && len(res) == 2:
-		s, _ := res[1].(string)
-		seconds, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return ports.Admitted{}, fmt.Errorf("admit script answered retry after %q: %w", s, err)
-		}
-		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: rateRetryAfter(time.Duration(seconds * float64(time.Second)))}, nil
+		return rateRefusal("admit", res[1])
 	}
 	return ports.Admitted{}, fmt.Errorf("admit script answered %v", res)
+}
+
+// rateRefusal reads the retry-after seconds a script (named by script)
+// answers with a rate-limit refusal.
+func rateRefusal(script string, retryAfter any) (ports.Admitted, error) {
+	s, _ := retryAfter.(string)
+	seconds, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return ports.Admitted{}, fmt.Errorf("%s script answered retry after %q: %w", script, s, err)
+	}
+	return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: rateRetryAfter(time.Duration(seconds * float64(time.Second)))}, nil
 }
 
 // Finish releases holder's slot and records the result; see
 // ports.Protection.
 func (p *Protection) Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	var state domain.Breaker
+	err := p.guarded(ctx, "finish "+holder+" for "+subscriptionID, func(ctx context.Context) (err error) {
+		state, err = p.finish(ctx, subscriptionID, holder, cfg, success, now)
+		return err
+	})
+	return state, err
+}
+
+// guarded runs call with Timeout unless resting (ErrProtectionResting,
+// returned as it is), starts a rest when it fails and ends one when it
+// answers; what names the call in its error.
+func (p *Protection) guarded(ctx context.Context, what string, call func(context.Context) error) error {
 	if err := p.resting(); err != nil {
-		return domain.Breaker{}, err
+		return err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
-	state, err := p.finish(callCtx, subscriptionID, holder, cfg, success, now)
-	if err != nil {
+	if err := call(callCtx); err != nil {
 		p.failed(ctx)
-		return domain.Breaker{}, fmt.Errorf("redis protection: finish %s for %s: %w", holder, subscriptionID, err)
+		return fmt.Errorf("redis protection: %s: %w", what, err)
 	}
 	p.recovered()
-	return state, nil
+	return nil
 }
 
 func (p *Protection) finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {

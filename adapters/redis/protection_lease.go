@@ -195,17 +195,15 @@ func (l *LeasedProtection) Admit(ctx context.Context, req ports.Admission) (port
 	if now.Before(a.exactUntil) {
 		return l.p.Admit(ctx, req)
 	}
-	if err := l.p.resting(); err != nil {
+	var admitted ports.Admitted
+	var exact bool
+	err := l.p.guarded(ctx, "lease for "+req.SubscriptionID, func(ctx context.Context) (err error) {
+		admitted, exact, err = l.lease(ctx, a, req, now)
+		return err
+	})
+	if err != nil {
 		return ports.Admitted{}, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, l.p.opts.Timeout)
-	defer cancel()
-	admitted, exact, err := l.lease(callCtx, a, req, now)
-	if err != nil {
-		l.p.failed(ctx)
-		return ports.Admitted{}, fmt.Errorf("redis protection: lease for %s: %w", req.SubscriptionID, err)
-	}
-	l.p.recovered()
 	if exact {
 		a.exactUntil = now.Add(l.window)
 		return l.p.Admit(ctx, req)
@@ -248,12 +246,8 @@ func (l *LeasedProtection) lease(ctx context.Context, a *allowance, req ports.Ad
 	case code == 3:
 		return ports.Admitted{Refused: ports.RefusedBySemaphore}, false, nil
 	case code == 2 && len(res) == 2:
-		s, _ := res[1].(string)
-		seconds, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return ports.Admitted{}, false, fmt.Errorf("lease script answered retry after %q: %w", s, err)
-		}
-		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: rateRetryAfter(time.Duration(seconds * float64(time.Second)))}, false, nil
+		refused, err := rateRefusal("lease", res[1])
+		return refused, false, err
 	case code == 1 && len(res) == 3:
 		tokens, _ := res[1].(int64)
 		added, _ := res[2].(int64)
