@@ -63,6 +63,9 @@ type Deliver struct {
 	// waiters are this process's deliveries waiting for one of their
 	// endpoint's concurrency slots (awaitSlot).
 	waiters slotWaiters
+	// throttled counts this process's deliveries waiting for their
+	// endpoint's rate limit (awaitRate).
+	throttled rateWaiters
 }
 
 // Attempted reports what Handle did, for metrics and logs.
@@ -127,6 +130,10 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 
 	report := Attempted{EventCreatedAt: ev.CreatedAt}
 	until, reason, pass, degraded := uc.protect(keep, d, sub, now)
+	if reason == domain.ReasonThrottled {
+		until, reason, pass, degraded = uc.awaitRate(keep, d, sub, until, degraded)
+		now = uc.Clock.Now()
+	}
 	if reason == reasonNoSlot {
 		until, reason, pass, degraded = uc.awaitSlot(keep, d, sub, degraded)
 		now = uc.Clock.Now()

@@ -6,3 +6,11 @@ func Waiting(uc *Deliver, subscriptionID string) int {
 	defer uc.waiters.mu.Unlock()
 	return len(uc.waiters.queues[subscriptionID])
 }
+
+// RateWaiting is how many deliveries of subscriptionID wait in uc for
+// their rate limit.
+func RateWaiting(uc *Deliver, subscriptionID string) int {
+	uc.throttled.mu.Lock()
+	defer uc.throttled.mu.Unlock()
+	return uc.throttled.counts[subscriptionID]
+}

@@ -18,7 +18,10 @@ type gate struct {
 	breakerErr  error
 	recorded    []bool
 	throttle    time.Duration
-	full        bool
+	// throttleFirst, when above 0, is how many Takes throttle before the
+	// rest pass; takes counts them.
+	throttleFirst, takes int
+	full                 bool
 	// limit, when above 0, is how many slots there are.
 	limit    int
 	refused  int
@@ -40,7 +43,13 @@ func (g *gate) Record(_ context.Context, _ string, _ domain.BreakerConfig, succe
 }
 
 func (g *gate) Take(context.Context, string, int) (bool, time.Duration, error) {
-	return g.throttle == 0, g.throttle, nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.takes++
+	if g.throttle == 0 || g.throttleFirst > 0 && g.takes > g.throttleFirst {
+		return true, 0, nil
+	}
+	return false, g.throttle, nil
 }
 
 func (g *gate) TryAcquire(_ context.Context, _, holder string, _ int, _ time.Duration) (bool, error) {
@@ -79,7 +88,7 @@ func TestProtectionsPostponeWithoutAnAttempt(t *testing.T) {
 		after  time.Duration
 	}{
 		{"open circuit", func() *gate { return &gate{breakerOpen: true} }, domain.ReasonCircuitOpen, 30 * time.Second},
-		{"rate limited", func() *gate { return &gate{throttle: 40 * time.Millisecond} }, domain.ReasonThrottled, 40 * time.Millisecond},
+		{"rate limited", func() *gate { return &gate{throttle: 2 * time.Second} }, domain.ReasonThrottled, 2 * time.Second},
 		{"every slot taken", func() *gate { return &gate{full: true} }, domain.ReasonThrottled, 150 * time.Millisecond},
 	}
 	for _, tt := range tests {
@@ -190,7 +199,9 @@ func TestARetriedDeliveryIsPostponedAsRetrying(t *testing.T) {
 // together is a scripted ports.Protection, kept apart from the gate that
 // stands for the separate ports, to tell which path a delivery took.
 type together struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	// admits are the first answers of Admit, in order; admit the rest.
+	admits    []ports.Admitted
 	admit     ports.Admitted
 	admitErr  error
 	finishErr error
@@ -206,6 +217,11 @@ func (p *together) Admit(_ context.Context, req ports.Admission) (ports.Admitted
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.admitted = append(p.admitted, req)
+	if len(p.admits) > 0 {
+		next := p.admits[0]
+		p.admits = p.admits[1:]
+		return next, nil
+	}
 	if p.limit > 0 && p.admitErr == nil {
 		if p.inFlight >= p.limit {
 			return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
@@ -233,7 +249,7 @@ func TestCombinedProtectionPostpones(t *testing.T) {
 		after  time.Duration
 	}{
 		{"open circuit", ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: newClock().Now().Add(30 * time.Second)}, domain.ReasonCircuitOpen, 30 * time.Second},
-		{"rate limited", ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: 40 * time.Millisecond}, domain.ReasonThrottled, 40 * time.Millisecond},
+		{"rate limited", ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: 2 * time.Second}, domain.ReasonThrottled, 2 * time.Second},
 		{"every slot taken", ports.Admitted{Refused: ports.RefusedBySemaphore}, domain.ReasonThrottled, 150 * time.Millisecond},
 	}
 	for _, tt := range tests {

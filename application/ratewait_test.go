@@ -1,0 +1,123 @@
+package application_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
+)
+
+// TestAThrottledDeliveryWaitsForTheRateLimitsNextRequest: a delivery the
+// rate limit refuses for a few milliseconds waits for them in the worker
+// and is attempted, instead of being postponed until the scheduler's next
+// scan; whether the protections are asked one by one or together.
+func TestAThrottledDeliveryWaitsForTheRateLimitsNextRequest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		protect func(*pipeline) (asked func() int)
+	}{
+		{"separate ports", func(p *pipeline) func() int {
+			g := &gate{throttle: 5 * time.Millisecond, throttleFirst: 1}
+			protected(p, g)
+			return func() int { g.mu.Lock(); defer g.mu.Unlock(); return g.takes }
+		}},
+		{"combined protection", func(p *pipeline) func() int {
+			both := &together{admits: []ports.Admitted{{Refused: ports.RefusedByRateLimit, RetryAfter: 5 * time.Millisecond}}}
+			protected(p, &gate{})
+			p.deliver.Protection = both
+			return func() int { both.mu.Lock(); defer both.mu.Unlock(); return len(both.admitted) }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline()
+			asked := tt.protect(p)
+			p.sender.script = []sendResult{answer(200)}
+			sub := p.subscribe(t, "a")
+			_, id := p.fannedOut(t, sub)
+			start := time.Now()
+			res, err := p.handle(context.Background(), id)
+			if err != nil || res.Skipped || res.Delivery.Status != domain.DeliveryDelivered {
+				t.Fatalf("result = %+v, %v; want an attempt that succeeded", res, err)
+			}
+			// The wait: the limit's 5 ms and one interval of its 100
+			// requests a second.
+			if waited := time.Since(start); waited < 15*time.Millisecond {
+				t.Errorf("attempted after %s, want after the rate limit's 15 ms", waited)
+			}
+			if n := asked(); n != 2 {
+				t.Errorf("the rate limit was asked %d times, want twice", n)
+			}
+			if n := application.RateWaiting(p.deliver, sub.ID); n != 0 {
+				t.Errorf("%d still waiting, want none", n)
+			}
+		})
+	}
+}
+
+// TestAThrottledDeliveryIsPostponedWhenWaitingWouldNotDo: the delivery is
+// postponed at once, the rate limit asked only once, when the limit's
+// next request is further off than a delivery waits, when the limit is
+// too slow for any wait, and when as many wait as the subscription may
+// have in flight.
+func TestAThrottledDeliveryIsPostponedWhenWaitingWouldNotDo(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		throttle    time.Duration
+		rateLimit   int
+		maxInFlight int
+		// waiting is how many deliveries already wait.
+		waiting int
+	}{
+		{"the next request is a second off", time.Second, 100, 100, 0},
+		{"five requests a second", time.Millisecond, 5, 100, 0},
+		{"one in flight at most and one waiting", time.Millisecond, 100, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline()
+			g := &gate{throttle: tt.throttle}
+			protected(p, g)
+			sub, err := p.subs.Create(context.Background(), domain.NewSubscriptionInput{
+				URL: "https://example.com/hook", EventTypes: []string{"a"}, RateLimit: tt.rateLimit, MaxInFlight: tt.maxInFlight,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			for range tt.waiting {
+				_, waiting := p.fannedOut(t, sub)
+				go func() {
+					defer close(done)
+					_, _ = p.handle(context.Background(), waiting)
+				}()
+			}
+			waitUntil(t, func() bool { return application.RateWaiting(p.deliver, sub.ID) == tt.waiting })
+			takes := func() int { g.mu.Lock(); defer g.mu.Unlock(); return g.takes }
+			before := takes()
+
+			_, id := p.fannedOut(t, sub)
+			start := time.Now()
+			res, err := p.handle(context.Background(), id)
+			if err != nil || res.Postponed != domain.ReasonThrottled {
+				t.Fatalf("result = %+v, %v; want postponed (throttled)", res, err)
+			}
+			if waited := time.Since(start); waited >= 50*time.Millisecond {
+				t.Errorf("postponed after %s, want at once", waited)
+			}
+			if n := takes() - before; n != 1 {
+				t.Errorf("the rate limit was asked %d times, want once", n)
+			}
+			if tt.waiting > 0 {
+				<-done
+			}
+		})
+	}
+}
