@@ -12,5 +12,8 @@ func Waiting(uc *Deliver, subscriptionID string) int {
 func RateWaiting(uc *Deliver, subscriptionID string) int {
 	uc.throttled.mu.Lock()
 	defer uc.throttled.mu.Unlock()
-	return uc.throttled.counts[subscriptionID]
+	if line := uc.throttled.subs[subscriptionID]; line != nil {
+		return line.waiting
+	}
+	return 0
 }

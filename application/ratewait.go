@@ -9,72 +9,106 @@ import (
 )
 
 // rateWait is how long, at most, a delivery that the rate limit refused
-// waits in its worker for the limit's next request before it is postponed
-// through PostgreSQL and the scheduler's next scan (a second or so later,
-// and two more transactions).
-const rateWait = 100 * time.Millisecond
+// waits in its worker for the limit's next request before it is postponed:
+// the scheduler's default interval between scans, since a postponed
+// delivery comes back no sooner than the next scan (and costs two more
+// transactions).
+const rateWait = time.Second
 
-// rateWaiters counts, per subscription, this process's deliveries waiting
-// for the rate limit's next request. The zero value is ready to use.
+// rateWaiters paces, per subscription, this process's deliveries waiting
+// for the rate limit's next request: each is given a time to ask again,
+// one of the limit's intervals after the last one given, so that they ask
+// in turn, at the limit's pace, instead of all at once. The zero value is
+// ready to use.
 type rateWaiters struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu   sync.Mutex
+	subs map[string]*rateLine
 }
 
-// add counts one more waiter of sub unless limit wait already, and
-// reports how many were waiting before it.
-func (w *rateWaiters) add(sub string, limit int) (ahead int, ok bool) {
+// rateLine is one subscription's waiters.
+type rateLine struct {
+	waiting int
+	// next is the earliest time the next turn may be given.
+	next time.Time
+}
+
+// join counts one more waiter of sub, unless limit wait already.
+func (w *rateWaiters) join(sub string, limit int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ahead = w.counts[sub]
-	if ahead >= limit {
-		return ahead, false
+	line := w.subs[sub]
+	if line == nil {
+		if limit < 1 {
+			return false
+		}
+		if w.subs == nil {
+			w.subs = make(map[string]*rateLine)
+		}
+		line = &rateLine{}
+		w.subs[sub] = line
 	}
-	if w.counts == nil {
-		w.counts = make(map[string]int)
+	if line.waiting >= limit {
+		return false
 	}
-	w.counts[sub] = ahead + 1
-	return ahead, true
+	line.waiting++
+	return true
 }
 
-// leave stops counting one waiter of sub.
+// turn gives a waiter of sub its time to ask again: at the limit's next
+// request (at), or an interval after the last turn given, whichever is
+// later.
+func (w *rateWaiters) turn(sub string, at time.Time, interval time.Duration) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	line := w.subs[sub]
+	at = later(at, line.next)
+	line.next = at.Add(interval)
+	return at
+}
+
+// leave stops counting a waiter of sub.
 func (w *rateWaiters) leave(sub string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.counts[sub] <= 1 {
-		delete(w.counts, sub)
-		return
+	line := w.subs[sub]
+	if line.waiting--; line.waiting == 0 {
+		delete(w.subs, sub)
 	}
-	w.counts[sub]--
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // rateWaitLimit is how many deliveries of sub may wait for its rate limit
 // at once: as many as the limit lets through in rateWait, and no more than
 // it may have in flight. A limit slower than that never waits.
 func rateWaitLimit(sub domain.Subscription) int {
-	return min(sub.RateLimit*int(rateWait/time.Millisecond)/1000, sub.MaxInFlight)
+	return min(int(int64(sub.RateLimit)*int64(rateWait)/int64(time.Second)), sub.MaxInFlight)
 }
 
 // awaitRate waits in this process for the rate limit's next request after
 // protect found none left (due at until), and asks the protections again,
 // for as long as the delivery would otherwise have been postponed
-// (rateWait). Waiters are spread: the one with n others already waiting
-// asks n of the limit's intervals after until, so that they come in the
-// order the limit lets them through instead of all at once. It returns
-// what the last protect decided; a refusal whose wait ends past the
-// deadline, or with too many waiting already, is returned as it is.
+// (rateWait), taking turns with the subscription's other waiters
+// (rateWaiters). It returns what the last protect decided; a refusal whose
+// turn comes past the wait, or with too many waiting already, is returned
+// as it is.
 func (uc *Deliver) awaitRate(ctx context.Context, d domain.Delivery, sub domain.Subscription, until time.Time, degraded error) (
 	_ time.Time, reason string, pass passed, _ error,
 ) {
-	ahead, ok := uc.throttled.add(sub.ID, rateWaitLimit(sub))
-	if !ok {
+	if !uc.throttled.join(sub.ID, rateWaitLimit(sub)) {
 		return until, domain.ReasonThrottled, passedAlone, degraded
 	}
 	defer uc.throttled.leave(sub.ID)
 	interval := time.Second / time.Duration(sub.RateLimit)
 	start := time.Now()
 	for {
-		wait := max(until.Sub(uc.Clock.Now()), 0) + time.Duration(ahead+1)*interval
+		now := uc.Clock.Now()
+		wait := uc.throttled.turn(sub.ID, until, interval).Sub(now)
 		if time.Since(start)+wait > rateWait {
 			return until, domain.ReasonThrottled, passedAlone, degraded
 		}
@@ -83,6 +117,5 @@ func (uc *Deliver) awaitRate(ctx context.Context, d domain.Delivery, sub domain.
 		if reason != domain.ReasonThrottled {
 			return until, reason, pass, degraded
 		}
-		ahead = 0 // asked again: the requests went to those before it
 	}
 }
