@@ -6,8 +6,8 @@
 -- KEYS[3]: the sorted set of leases (the keys of protection_admit.lua).
 -- ARGV[1]: burst; ARGV[2]: rate; ARGV[3]: period in s (as redis_rate);
 -- ARGV[4]: slot limit; ARGV[5]: the new slots' lease ttl in ms; ARGV[6]:
--- how many requests are wanted; ARGV[7]: how many new slots are wanted;
--- ARGV[8]: how many free slots the worker holds; ARGV[9]: the prefix of
+-- how many requests are wanted; ARGV[7]: how many new slots are wanted at
+-- most; ARGV[8]: how many free slots the worker holds; ARGV[9]: the prefix of
 -- the new slots' names and ARGV[10] the number of the first (slot i is
 -- ARGV[9] .. ARGV[10] + i); then the slots the worker gives back.
 -- Returns:
@@ -61,10 +61,13 @@ if n < 1 then
   return {2, tostring(tat + emission_interval - burst_offset - now)}
 end
 
--- The semaphore: new slots as far as the set has room, expired leases
--- swept only when it has no room for all of them (as protection_admit.lua).
+-- The semaphore: new slots for the requests leased that the worker's free
+-- slots do not cover (not for those wanted: a budget nearly spent must not
+-- have the slots of a whole lease taken for a request or two), as far as
+-- the set has room, expired leases swept only when it has no room for all
+-- of them (as protection_admit.lua).
 local limit = tonumber(ARGV[4])
-local wanted_slots = tonumber(ARGV[7])
+local wanted_slots = math.min(tonumber(ARGV[7]), math.max(0, n - tonumber(ARGV[8])))
 local added = 0
 if wanted_slots > 0 then
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -269,6 +269,59 @@ func TestLeasedProtectionReusesSlotsThatComeBack(t *testing.T) {
 	assert.Len(t, now, 6, "new slots for a lease twice the last (it ran out within its window)")
 }
 
+// TestLeasedProtectionTakesSlotsForTheRequestsLeased: a lease that finds
+// the budget nearly spent takes slots for the requests it was given, not
+// for the many it asked: other workers need the slots for theirs.
+func TestLeasedProtectionTakesSlotsForTheRequestsLeased(t *testing.T) {
+	t.Parallel()
+	client, prefix := realLeaseClient(t)
+	l := leased(t, client, prefix, &fakeClock{now: time.Now()})
+	const perSecond = 100 // a burst of 10, a request every 10 ms
+	admit := func(holder string) ports.Refusal {
+		return admitLeased(t, l, leaseAdmission("s", holder, perSecond, 100)).Refused
+	}
+	for i := range 7 { // leases of 1, 2 and 4, each running out in its window
+		require.Equal(t, ports.RefusedByNone, admit(fmt.Sprint("h", i)))
+	}
+	require.Len(t, members(t, client, prefix, "s"), 7)
+	limiter := NewRateLimiter(client, prefix)
+	for {
+		ok, _, err := limiter.Take(t.Context(), "s", perSecond)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+	}
+	time.Sleep(25 * time.Millisecond) // two or three requests come back
+
+	require.Equal(t, ports.RefusedByNone, admit("h7"), "a lease asking for 8")
+	granted := l.existing("s").leased
+	require.Less(t, granted, 8, "the budget had fewer than 8 requests; the test ran too slowly to tell")
+	assert.Len(t, members(t, client, prefix, "s"), 7+granted, "slots for the %d requests leased", granted)
+}
+
+// TestLeasedProtectionKeepsNoMoreFreeSlotsThanItWants: a lease gives back
+// the free slots beyond the requests it asks for, though still usable:
+// another worker's lease may need them.
+func TestLeasedProtectionKeepsNoMoreFreeSlotsThanItWants(t *testing.T) {
+	t.Parallel()
+	client, prefix := realLeaseClient(t)
+	clock := &fakeClock{now: time.Now()}
+	l := leased(t, client, prefix, clock)
+	const requests = 31 // leases of 1, 2, 4, 8 and 16
+	for i := range requests {
+		require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", fmt.Sprint("h", i), 1000, 400)).Refused)
+	}
+	for i := range requests {
+		finishLeased(t, l, "s", fmt.Sprint("h", i), true)
+	}
+	require.Len(t, members(t, client, prefix, "s"), requests)
+	clock.Advance(time.Hour) // the next window: the slots are still usable
+	require.Equal(t, ports.RefusedByNone, admitLeased(t, l, leaseAdmission("s", "next", 1000, 400)).Refused)
+	// The last window handed out 16: the lease asks for 16 + 4 + 1.
+	assert.Len(t, members(t, client, prefix, "s"), 21)
+}
+
 // TestLeasedProtectionLimitsChange: a request with other limits than the
 // lease's ends it, and the next lease has the new ones.
 func TestLeasedProtectionLimitsChange(t *testing.T) {
