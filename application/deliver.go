@@ -63,7 +63,7 @@ type Deliver struct {
 	// waiters are this process's deliveries waiting for one of their
 	// endpoint's concurrency slots (awaitSlot).
 	waiters slotWaiters
-	// throttled counts this process's deliveries waiting for their
+	// throttled paces this process's deliveries waiting for their
 	// endpoint's rate limit (awaitRate).
 	throttled rateWaiters
 }

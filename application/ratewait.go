@@ -56,14 +56,19 @@ func (w *rateWaiters) join(sub string, limit int) bool {
 
 // turn gives a waiter of sub its time to ask again: at the limit's next
 // request (at), or an interval after the last turn given, whichever is
-// later.
-func (w *rateWaiters) turn(sub string, at time.Time, interval time.Duration) time.Time {
+// later; unless that is after latest, when no turn is given (ok false).
+func (w *rateWaiters) turn(sub string, at, latest time.Time, interval time.Duration) (_ time.Time, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	line := w.subs[sub]
-	at = later(at, line.next)
+	if line.next.After(at) {
+		at = line.next
+	}
+	if at.After(latest) {
+		return time.Time{}, false
+	}
 	line.next = at.Add(interval)
-	return at
+	return at, true
 }
 
 // leave stops counting a waiter of sub.
@@ -76,16 +81,9 @@ func (w *rateWaiters) leave(sub string) {
 	}
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // rateWaitLimit is how many deliveries of sub may wait for its rate limit
 // at once: as many as the limit lets through in rateWait, and no more than
-// it may have in flight. A limit slower than that never waits.
+// it may have in flight.
 func rateWaitLimit(sub domain.Subscription) int {
 	return min(int(int64(sub.RateLimit)*int64(rateWait)/int64(time.Second)), sub.MaxInFlight)
 }
@@ -95,8 +93,9 @@ func rateWaitLimit(sub domain.Subscription) int {
 // for as long as the delivery would otherwise have been postponed
 // (rateWait), taking turns with the subscription's other waiters
 // (rateWaiters). It returns what the last protect decided; a refusal whose
-// turn comes past the wait, or with too many waiting already, is returned
-// as it is.
+// turn would come past the wait, or with too many waiting already, is
+// returned as it is. A delivery waits holding what awaitSlot's hold: its
+// claim, its request slot (Requests) and its consumer's slot.
 func (uc *Deliver) awaitRate(ctx context.Context, d domain.Delivery, sub domain.Subscription, until time.Time, degraded error) (
 	_ time.Time, reason string, pass passed, _ error,
 ) {
@@ -108,11 +107,11 @@ func (uc *Deliver) awaitRate(ctx context.Context, d domain.Delivery, sub domain.
 	start := time.Now()
 	for {
 		now := uc.Clock.Now()
-		wait := uc.throttled.turn(sub.ID, until, interval).Sub(now)
-		if time.Since(start)+wait > rateWait {
+		at, ok := uc.throttled.turn(sub.ID, until, now.Add(rateWait-time.Since(start)), interval)
+		if !ok {
 			return until, domain.ReasonThrottled, passedAlone, degraded
 		}
-		time.Sleep(wait)
+		time.Sleep(at.Sub(now))
 		until, reason, pass, degraded = uc.protect(ctx, d, sub, uc.Clock.Now())
 		if reason != domain.ReasonThrottled {
 			return until, reason, pass, degraded

@@ -7,7 +7,8 @@ import (
 
 // TestRateWaitersTakeTurns: the waiters of one subscription are given
 // turns an interval apart, starting at the limit's next request; a later
-// next request moves the turns on; another subscription's turns are its own.
+// next request moves the turns on; a turn past the latest is not given;
+// another subscription's turns are its own.
 func TestRateWaitersTakeTurns(t *testing.T) {
 	t.Parallel()
 	var w rateWaiters
@@ -37,9 +38,17 @@ func TestRateWaitersTakeTurns(t *testing.T) {
 		{"a", 0, 110 * time.Millisecond},
 	}
 	for i, s := range steps {
-		if got := w.turn(s.sub, base.Add(s.at), interval).Sub(base); got != s.want {
-			t.Errorf("turn %d of %s = +%s, want +%s", i, s.sub, got, s.want)
+		got, ok := w.turn(s.sub, base.Add(s.at), base.Add(time.Second), interval)
+		if !ok || got.Sub(base) != s.want {
+			t.Errorf("turn %d of %s = +%s, %v; want +%s", i, s.sub, got.Sub(base), ok, s.want)
 		}
+	}
+	// A turn past the latest is not given, and gives none away.
+	if _, ok := w.turn("a", base, base.Add(115*time.Millisecond), interval); ok {
+		t.Error("a turn at +120ms was given with +115ms the latest")
+	}
+	if got, ok := w.turn("a", base, base.Add(time.Second), interval); !ok || got.Sub(base) != 120*time.Millisecond {
+		t.Errorf("the next turn = +%s, %v; want +120ms", got.Sub(base), ok)
 	}
 	for range 3 {
 		w.leave("a")

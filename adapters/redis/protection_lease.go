@@ -214,7 +214,8 @@ func (l *LeasedProtection) Admit(ctx context.Context, req ports.Admission) (port
 // lease runs protection_lease.lua for a: it gives back the slots a no
 // longer uses and the free ones beyond the requests it wants, takes
 // requests from the budget, and takes new slots for those its usable free
-// slots do not cover; then it hands holder the first request. exact reports a stored breaker: nothing was leased.
+// slots do not cover; then it hands holder the first request. exact
+// reports a stored breaker: nothing was leased.
 func (l *LeasedProtection) lease(ctx context.Context, a *allowance, req ports.Admission, now time.Time) (_ ports.Admitted, exact bool, err error) {
 	want := a.nextSize(now, leaseCap(req))
 	a.tokens = 0 // the last lease's requests left are dropped
