@@ -49,6 +49,16 @@ func (l *acceptedLog) add(id string, at time.Time) {
 	l.count.Add(1)
 }
 
+// clear forgets every event.
+func (l *acceptedLog) clear() {
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		s.at = map[string]time.Time{}
+		s.mu.Unlock()
+	}
+}
+
 // get returns when event id was accepted.
 func (l *acceptedLog) get(id string) (time.Time, bool) {
 	s := &l.shards[l.shard(id)]
@@ -170,9 +180,20 @@ func (r *Receiver) SetSecret(i int, secret string) error {
 
 // Close stops the server: it stops accepting, ends idle keep-alive
 // connections, and waits for requests in flight (their latency is cut
-// short) until ctx ends.
+// short) until ctx ends. Then it lets go of what the run recorded: the
+// server outlives Close by up to ten seconds (fasthttp's idle-worker
+// sweep sleeps that long before it sees the server stopped), and with it
+// the receiver, whose records would be the next run's memory in a bench.
 func (r *Receiver) Close(ctx context.Context) error {
-	return r.srv.ShutdownWithContext(ctx)
+	err := r.srv.ShutdownWithContext(ctx)
+	// A Serve that had not started when Shutdown ran would accept on: its
+	// listener closed, it returns.
+	_ = r.ln.Close()
+	r.mu.Lock()
+	r.arrivals, r.firsts, r.window = nil, nil, nil
+	r.mu.Unlock()
+	r.accepted.clear()
+	return err
 }
 
 // serve handles one webhook.
@@ -245,6 +266,10 @@ func (r *Receiver) record(a arrival) {
 		}
 	}
 	r.mu.Lock()
+	if r.firsts == nil { // closed: a request Close stopped waiting for
+		r.mu.Unlock()
+		return
+	}
 	r.arrivals = append(r.arrivals, a)
 	first := false
 	if a.ok {

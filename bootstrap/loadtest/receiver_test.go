@@ -199,3 +199,35 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// TestReceiverLetsGoOfItsRecordsOnClose: Close forgets the run's arrivals
+// and accepted events (the server, and so the receiver, outlive Close by
+// seconds), and an arrival recorded after it is dropped, not a panic.
+func TestReceiverLetsGoOfItsRecordsOnClose(t *testing.T) {
+	t.Parallel()
+	rcv, accepted := newTestReceiver(t, 1, nil)
+	now := time.Now()
+	accepted.add("evt_1", now)
+	rcv.record(arrival{eventID: "evt_1", at: now, ok: true})
+	if rcv.delivered.Load() != 1 {
+		t.Fatalf("delivered %d before Close, want 1", rcv.delivered.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rcv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := accepted.get("evt_1"); ok {
+		t.Error("the accepted event is still known after Close")
+	}
+	rcv.mu.Lock()
+	held := len(rcv.arrivals) + len(rcv.firsts)
+	rcv.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d arrivals and pairs held after Close, want none", held)
+	}
+	rcv.record(arrival{eventID: "evt_2", at: now, ok: true})
+	if rcv.delivered.Load() != 1 {
+		t.Errorf("delivered %d after an arrival past Close, want it dropped", rcv.delivered.Load())
+	}
+}
