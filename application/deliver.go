@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -66,6 +67,9 @@ type Deliver struct {
 	// throttled paces this process's deliveries waiting for their
 	// endpoint's rate limit (awaitRate).
 	throttled rateWaiters
+	// requeues counts the postponed deliveries waiting to be appended
+	// again (requeueAt).
+	requeues atomic.Int64
 }
 
 // Attempted reports what Handle did, for metrics and logs.
@@ -143,6 +147,9 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 		postponed := postpone(d, until, reason, now)
 		if err := uc.release(keep, postponed); err != nil {
 			return Attempted{}, fmt.Errorf("postpone delivery %s (%s): %w", d.ID, reason, err)
+		}
+		if reason == domain.ReasonThrottled {
+			uc.requeueAt(postponed.ID, until)
 		}
 		report.Skipped, report.Postponed, report.Delivery = true, reason, postponed
 		return report, nil
@@ -396,6 +403,33 @@ func (uc *Deliver) release(ctx context.Context, d domain.Delivery) error {
 	}
 	uc.enqueue(ctx, inLine)
 	return nil
+}
+
+// maxRequeues bounds the throttled deliveries a worker appends again
+// itself (requeueAt) at once; the rest wait for the scheduler's scan.
+const maxRequeues = 256
+
+// requeueAt appends a delivery that the rate limit or the concurrency cap
+// postponed to the stream again when it comes due (at least slotWait
+// from now), when that is within rateWait, so that it is tried again then
+// rather than at the scheduler's next scan, a second or so later. At most
+// maxRequeues wait so: each comes back through a claim, and a delivery
+// refused again is postponed again. The scan still finds the ones whose
+// append is lost (a worker that stops first), and a delivery appended by
+// both is attempted once: the second claim finds it taken or done.
+func (uc *Deliver) requeueAt(id string, due time.Time) {
+	wait := max(due.Sub(uc.Clock.Now()), slotWait)
+	if uc.Queue == nil || wait > rateWait {
+		return
+	}
+	if uc.requeues.Add(1) > maxRequeues {
+		uc.requeues.Add(-1)
+		return
+	}
+	time.AfterFunc(wait, func() {
+		defer uc.requeues.Add(-1)
+		uc.enqueue(context.Background(), []string{id})
+	})
 }
 
 // enqueue appends deliveries that became first in line. If the append is

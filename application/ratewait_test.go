@@ -75,7 +75,7 @@ func TestAThrottledDeliveryIsPostponedWhenWaitingWouldNotDo(t *testing.T) {
 		waiting int
 	}{
 		{"the next request is two seconds off", 2 * time.Second, 100, 100, 0},
-		{"two requests a second and two waiting", time.Millisecond, 2, 100, 2},
+		{"two requests a second and two waiting", 400 * time.Millisecond, 2, 100, 2},
 		{"one in flight at most and one waiting", time.Millisecond, 100, 1, 1},
 	}
 	for _, tt := range tests {
@@ -112,6 +112,53 @@ func TestAThrottledDeliveryIsPostponedWhenWaitingWouldNotDo(t *testing.T) {
 				t.Errorf("the rate limit was asked %d times, want once", n)
 			}
 			waiters.Wait()
+		})
+	}
+}
+
+// TestAPostponedThrottledDeliveryIsAppendedAgainWhenDue: a delivery
+// postponed because every slot was taken comes back to the stream by
+// itself when it is due, without waiting for the scheduler's scan, and
+// not before.
+func TestAPostponedThrottledDeliveryIsAppendedAgainWhenDue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		gate   *gate
+		append bool
+	}{
+		{"every slot taken", &gate{full: true}, true},
+		{"not before it is due", &gate{throttle: 2 * time.Second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline()
+			protected(p, tt.gate)
+			p.deliver.Queue = p.queue
+			sub := p.subscribe(t, "a")
+			_, id := p.fannedOut(t, sub)
+			before := len(p.queue.bodies(ports.DeliveryStream))
+			res, err := p.handle(context.Background(), id)
+			if err != nil || res.Postponed != domain.ReasonThrottled {
+				t.Fatalf("result = %+v, %v; want postponed (throttled)", res, err)
+			}
+			appended := func() bool {
+				for _, body := range p.queue.bodies(ports.DeliveryStream)[before:] {
+					if body == id {
+						return true
+					}
+				}
+				return false
+			}
+			if tt.append {
+				waitUntil(t, appended)
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+			if appended() {
+				t.Error("appended again before it was due")
+			}
 		})
 	}
 }
