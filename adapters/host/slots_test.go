@@ -11,8 +11,11 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/host"
 )
 
+// TestSlotsCountTheWorkersThatHoldThem runs alone, not in parallel: a
+// process started meanwhile (TestAKilledWorkersSlotComesFree's) holds a
+// copy of every open file, and so of their locks, from its fork until its
+// exec, and a slot closed then would still be seen held.
 func TestSlotsCountTheWorkersThatHoldThem(t *testing.T) {
-	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "workers")
 	census := func(t *testing.T, step string, want map[*host.Slot]host.Census) {
 		t.Helper()
