@@ -85,7 +85,7 @@ func (w *rateWaiters) leave(sub string) {
 // at once: as many as the limit lets through in rateWait, and no more than
 // it may have in flight.
 func rateWaitLimit(sub domain.Subscription) int {
-	return min(int(int64(sub.RateLimit)*int64(rateWait)/int64(time.Second)), sub.MaxInFlight)
+	return min(sub.RateLimit*int(rateWait/time.Second), sub.MaxInFlight)
 }
 
 // awaitRate waits in this process for the rate limit's next request after

@@ -30,9 +30,7 @@ type acceptedLog struct {
 
 func newAcceptedLog() *acceptedLog {
 	l := &acceptedLog{seed: maphash.MakeSeed()}
-	for i := range l.shards {
-		l.shards[i].at = map[string]time.Time{}
-	}
+	l.clear()
 	return l
 }
 
@@ -49,7 +47,7 @@ func (l *acceptedLog) add(id string, at time.Time) {
 	l.count.Add(1)
 }
 
-// clear forgets every event.
+// clear forgets every event (and makes the shards' maps).
 func (l *acceptedLog) clear() {
 	for i := range l.shards {
 		s := &l.shards[i]
