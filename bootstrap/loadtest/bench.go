@@ -61,6 +61,16 @@ func benchCases(opts BenchOptions) ([]benchCase, error) {
 	var cases []benchCase
 	for _, w := range selected {
 		cfg := w.Configure(opts.Base, opts.Quick)
+		if len(w.Variants) > 0 {
+			for _, v := range w.Variants {
+				c := cfg
+				v.Apply(&c)
+				name := w.Name + "-" + v.Name
+				c.Workload = strings.Replace(c.Workload, w.Name, name, 1)
+				cases = append(cases, benchCase{name: name, workload: w, cfg: c})
+			}
+			continue
+		}
 		if len(w.WorkerSweep) == 0 {
 			cases = append(cases, benchCase{name: w.Name, workload: w, cfg: cfg})
 			continue
@@ -232,6 +242,7 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 	bench := map[string]figures{}
 	for i, c := range cases {
 		if f, ok := caseFigures(c.cfg.Workers, results[i]); ok {
+			f.name = c.name
 			bench[c.name] = f
 		}
 	}

@@ -89,13 +89,18 @@ func (c *clientAPI) Connect(ctx context.Context, n int) error {
 	return errors.Join(all...)
 }
 
-func (c *clientAPI) CreateSubscription(ctx context.Context, url string, maxInFlight, rateLimit int) (string, string, error) {
-	inFlight, limit := int64(maxInFlight), int64(rateLimit)
+func (c *clientAPI) CreateSubscription(ctx context.Context, s subscriptionSpec) (string, string, error) {
+	inFlight, limit := int64(s.MaxInFlight), int64(s.RateLimit)
 	description := "dispatch-load"
-	res, err := c.api.CreateSubscriptionWithResponse(ctx, client.SubscriptionInput{
-		Url: url, EventTypes: &LoadEventTypes, Description: &description,
+	in := client.SubscriptionInput{
+		Url: s.URL, EventTypes: &s.EventTypes, Description: &description,
 		MaxInFlight: &inFlight, RateLimit: &limit,
-	})
+	}
+	if s.Timeout > 0 {
+		timeout := s.Timeout.String()
+		in.Timeout = &timeout
+	}
+	res, err := c.api.CreateSubscriptionWithResponse(ctx, in)
 	if err != nil {
 		return "", "", err
 	}

@@ -31,6 +31,8 @@ const (
 	// long (longer than an open circuit's 30 s, so retries get their turn).
 	DefaultDrainTimeout = 2 * time.Minute
 	DefaultDrainStall   = 35 * time.Second
+	// MaxIdleSubscriptions bounds Config.IdleSubscriptions.
+	MaxIdleSubscriptions = 200_000
 	// EventType is the type of every event published; every subscription
 	// matches it through LoadEventTypes.
 	EventType = "load.test"
@@ -86,6 +88,19 @@ type Config struct {
 	// Subscriptions is how many subscriptions match every event (fan-out),
 	// each at its own path of the receiver; 0 measures ingest only.
 	Subscriptions int `json:"subscriptions"`
+	// FailingSubscriptions of the Subscriptions have an endpoint that
+	// answers every request 500, and HangingSubscriptions one that never
+	// answers (Dispatch's timeout ends each request): the hostile mix.
+	// Delivery figures count the other, healthy, subscriptions only.
+	FailingSubscriptions int `json:"failing_subscriptions,omitempty"`
+	HangingSubscriptions int `json:"hanging_subscriptions,omitempty"`
+	// IdleSubscriptions are created besides Subscriptions with event types
+	// no event of the run has: the cost of many subscriptions that do not
+	// match.
+	IdleSubscriptions int `json:"idle_subscriptions,omitempty"`
+	// SubscriptionTimeout is each subscription's timeout; 0 keeps
+	// Dispatch's default.
+	SubscriptionTimeout time.Duration `json:"subscription_timeout,omitempty"`
 	// PayloadBytes is the size of each event's data object.
 	PayloadBytes int `json:"payload_bytes"`
 	// ReceiverLatency is how long the receiver takes to answer.
@@ -133,6 +148,12 @@ func (c Config) PublishLimit() time.Duration {
 	return DefaultPublishCap
 }
 
+// Healthy is how many of the subscriptions answer every request at once:
+// the ones the delivery figures count.
+func (c Config) Healthy() int {
+	return c.Subscriptions - c.FailingSubscriptions - c.HangingSubscriptions
+}
+
 // Flags registers the workload and deployment settings on fs, with c's
 // values as defaults. DATABASE_URL and REDIS_URL, when set, replace the
 // defaults of --database-url and --redis-url, as for dispatch itself.
@@ -151,6 +172,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "target publish rate in events/s (0: as fast as the publishers go)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "concurrent publishers")
 	fs.IntVar(&c.Subscriptions, "subscriptions", c.Subscriptions, "subscriptions matching every event (fan-out), each on its own receiver path")
+	fs.IntVar(&c.FailingSubscriptions, "failing-subscriptions", c.FailingSubscriptions, "of --subscriptions, how many have an endpoint answering every request 500")
+	fs.IntVar(&c.HangingSubscriptions, "hanging-subscriptions", c.HangingSubscriptions, "of --subscriptions, how many have an endpoint that never answers (the subscription's timeout ends each request)")
+	fs.IntVar(&c.IdleSubscriptions, "idle-subscriptions", c.IdleSubscriptions, "subscriptions created besides --subscriptions whose event types match no event of the run")
+	fs.DurationVar(&c.SubscriptionTimeout, "subscription-timeout", c.SubscriptionTimeout, "timeout of each subscription (0: Dispatch's default)")
 	fs.IntVar(&c.PayloadBytes, "payload", c.PayloadBytes, "bytes of each event's data object")
 	fs.DurationVar(&c.ReceiverLatency, "receiver-latency", c.ReceiverLatency, "how long the receiver takes to answer")
 	fs.Float64Var(&c.ReceiverFailureRate, "receiver-failure-rate", c.ReceiverFailureRate, "share of requests (0..1) the receiver answers 500")
@@ -192,6 +217,13 @@ func (c Config) Validate() error {
 	check(c.Rate >= 0, "--rate must not be negative, got %g", c.Rate)
 	check(c.Publishers >= 1 && c.Publishers <= 4096, "--publishers must be 1..4096, got %d", c.Publishers)
 	check(c.Subscriptions >= 0 && c.Subscriptions <= 1000, "--subscriptions must be 0..1000, got %d", c.Subscriptions)
+	check(c.FailingSubscriptions >= 0 && c.HangingSubscriptions >= 0, "--failing-subscriptions and --hanging-subscriptions must not be negative")
+	check(c.Subscriptions == 0 || c.FailingSubscriptions+c.HangingSubscriptions < c.Subscriptions,
+		"--failing-subscriptions (%d) and --hanging-subscriptions (%d) must leave at least one of --subscriptions (%d) healthy",
+		c.FailingSubscriptions, c.HangingSubscriptions, c.Subscriptions)
+	check(c.IdleSubscriptions >= 0 && c.IdleSubscriptions <= MaxIdleSubscriptions, "--idle-subscriptions must be 0..%d, got %d", MaxIdleSubscriptions, c.IdleSubscriptions)
+	check(c.SubscriptionTimeout == 0 || (c.SubscriptionTimeout >= time.Millisecond && c.SubscriptionTimeout <= time.Minute),
+		"--subscription-timeout must be 0 or 1ms..1m, got %s", c.SubscriptionTimeout)
 	check(c.PayloadBytes >= 32 && c.PayloadBytes <= 200<<10, "--payload must be 32..%d bytes, got %d", 200<<10, c.PayloadBytes)
 	check(c.ReceiverLatency >= 0 && c.ReceiverLatency <= 10*time.Second, "--receiver-latency must be 0..10s, got %s", c.ReceiverLatency)
 	check(c.ReceiverFailureRate >= 0 && c.ReceiverFailureRate <= 1, "--receiver-failure-rate must be 0..1, got %g", c.ReceiverFailureRate)

@@ -68,7 +68,7 @@ func (p *progress) loop() {
 			fmt.Fprintf(&b, ", %s failed", thousands(failed))
 		}
 		if p.cfg.Subscriptions > 0 {
-			expected := accepted * int64(p.cfg.Subscriptions)
+			expected := accepted * int64(p.cfg.Healthy())
 			fmt.Fprintf(&b, " · delivered %s (%s/s), backlog %s", thousands(delivered),
 				thousands(delivered-lastDelivered), thousands(expected-delivered))
 			if w := p.rcv.takeWindow(); len(w) > 0 {

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,14 @@ func (l *acceptedLog) each(fn func(id string, at time.Time)) {
 	}
 }
 
+// bootstrapDefaultTimeout is Dispatch's default subscription timeout, which
+// a hanging endpoint outlasts when the run sets none.
+const bootstrapDefaultTimeout = 10 * time.Second
+
+// hangMargin is how much longer than its subscription's timeout a hanging
+// endpoint holds a request.
+const hangMargin = 5 * time.Second
+
 // arrival is one request the receiver answered.
 type arrival struct {
 	eventID string
@@ -92,10 +101,23 @@ type pair struct {
 	sub     int
 }
 
+// behaviour is how an endpoint answers.
+type behaviour int
+
+const (
+	healthy behaviour = iota
+	// failing answers every request 500.
+	failing
+	// hanging answers no request: it holds each until the subscription's
+	// timeout has passed (and some), so Dispatch gives up on it first.
+	hanging
+)
+
 // endpoint is one subscription's path on the receiver.
 type endpoint struct {
-	mu  sync.RWMutex
-	key *signatureKey
+	behaviour behaviour
+	mu        sync.RWMutex
+	key       *signatureKey
 }
 
 // Receiver is the webhook endpoint of every subscription of a run: a
@@ -105,6 +127,7 @@ type endpoint struct {
 // configured share of requests with 500, and records every request.
 type Receiver struct {
 	latency      time.Duration
+	hang         time.Duration
 	failureRate  float64
 	verifySample float64
 	accepted     *acceptedLog
@@ -120,6 +143,7 @@ type Receiver struct {
 
 	requests     atomic.Int64
 	failed       atomic.Int64
+	hung         atomic.Int64 // requests a hanging endpoint held
 	delivered    atomic.Int64 // distinct (event, subscription) pairs answered 2xx
 	duplicates   atomic.Int64
 	unknown      atomic.Int64 // requests to a path or subscription that is not ours
@@ -130,8 +154,9 @@ type Receiver struct {
 }
 
 // NewReceiver listens on 127.0.0.1 (port chosen by the system) with one
-// endpoint per subscription; secrets are set with SetSecret once the
-// subscriptions exist.
+// endpoint per subscription, the last cfg.HangingSubscriptions of them
+// hanging and the cfg.FailingSubscriptions before those failing; secrets
+// are set with SetSecret once the subscriptions exist.
 func NewReceiver(subscriptions int, cfg Config, accepted *acceptedLog) (*Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -140,9 +165,18 @@ func NewReceiver(subscriptions int, cfg Config, accepted *acceptedLog) (*Receive
 	r := &Receiver{
 		latency: cfg.ReceiverLatency, failureRate: cfg.ReceiverFailureRate, verifySample: cfg.VerifySample,
 		accepted: accepted, firsts: map[pair]struct{}{}, ln: ln,
+		hang: cmp.Or(cfg.SubscriptionTimeout, bootstrapDefaultTimeout) + hangMargin,
 	}
-	for range subscriptions {
-		r.endpoints = append(r.endpoints, &endpoint{})
+	healthyEnd := subscriptions - cfg.FailingSubscriptions - cfg.HangingSubscriptions
+	for i := range subscriptions {
+		e := &endpoint{}
+		switch {
+		case i >= healthyEnd+cfg.FailingSubscriptions:
+			e.behaviour = hanging
+		case i >= healthyEnd:
+			e.behaviour = failing
+		}
+		r.endpoints = append(r.endpoints, e)
 	}
 	// fasthttp's server: whatever the receiver spends is taken from the
 	// machine it measures, and net/http's server starts a goroutine per
@@ -206,14 +240,19 @@ func (r *Receiver) serve(ctx *fasthttp.RequestCtx) {
 	if r.verifySample >= 1 || (r.verifySample > 0 && rand.Float64() < r.verifySample) {
 		r.verify(sub, &ctx.Request.Header, ctx.PostBody())
 	}
-	if r.latency > 0 {
-		t := time.NewTimer(r.latency)
-		select {
-		case <-t.C:
-		case <-ctx.Done(): // the server is shutting down
-			t.Stop()
-		}
+	switch r.endpoints[sub].behaviour {
+	case hanging:
+		r.hung.Add(1)
+		r.wait(ctx, r.hang)
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable) // whoever still listens
+		return
+	case failing:
+		r.record(arrival{eventID: string(ctx.Request.Header.Peek("Webhook-Id")), sub: sub, at: time.Now()})
+		r.failed.Add(1)
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		return
 	}
+	r.wait(ctx, r.latency)
 	fail := r.failureRate > 0 && rand.Float64() < r.failureRate
 	now := time.Now()
 	r.record(arrival{eventID: string(ctx.Request.Header.Peek("Webhook-Id")), sub: sub, at: now, ok: !fail})
@@ -223,6 +262,19 @@ func (r *Receiver) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// wait holds a request for d, or until the server shuts down.
+func (r *Receiver) wait(ctx *fasthttp.RequestCtx, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done(): // the server is shutting down
+		t.Stop()
+	}
 }
 
 func (r *Receiver) subscription(path []byte) (int, bool) {

@@ -87,6 +87,8 @@ type DeliveryStats struct {
 	// included; FailedByReceiver those it answered 500 on purpose.
 	Requests         int64 `json:"requests"`
 	FailedByReceiver int64 `json:"failed_by_receiver"`
+	// Hung is how many requests the hanging endpoints held (hostile mix).
+	Hung int64 `json:"hung,omitempty"`
 	// AttemptsPerDelivery is Requests / Delivered.
 	AttemptsPerDelivery float64 `json:"attempts_per_delivery"`
 	// Unexpected counts 2xx arrivals for events the tool never saw

@@ -17,9 +17,9 @@ import (
 // dispatchAPI is what a run needs from Dispatch's API; client.go
 // implements it with the generated client.
 type dispatchAPI interface {
-	// CreateSubscription subscribes url to every load event and returns
-	// the subscription's id and signing secret.
-	CreateSubscription(ctx context.Context, url string, maxInFlight, rateLimit int) (id, secret string, err error)
+	// CreateSubscription creates a subscription as s says and returns its
+	// id and signing secret.
+	CreateSubscription(ctx context.Context, s subscriptionSpec) (id, secret string, err error)
 	// DeleteSubscription deletes subscription id.
 	DeleteSubscription(ctx context.Context, id string) error
 	// Publish sends one publish request with body (a JSON event) and
@@ -31,6 +31,16 @@ type dispatchAPI interface {
 	Connect(ctx context.Context, n int) error
 	// Close releases idle connections.
 	Close()
+}
+
+// subscriptionSpec is a subscription the tool creates.
+type subscriptionSpec struct {
+	URL         string
+	EventTypes  []string
+	MaxInFlight int
+	RateLimit   int
+	// Timeout is 0 for Dispatch's default.
+	Timeout time.Duration
 }
 
 // Options are the run's surroundings, apart from the workload.
@@ -132,12 +142,16 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		}
 		cleanCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, id := range subIDs {
-			_ = api.DeleteSubscription(cleanCtx, id)
-		}
+		forEachConcurrently(len(subIDs), cfg.Publishers, func(i int) error {
+			_ = api.DeleteSubscription(cleanCtx, subIDs[i])
+			return nil
+		})
 	}()
 	for i := range cfg.Subscriptions {
-		id, secret, err := api.CreateSubscription(ctx, rcv.URL(i), cfg.MaxInFlight, cfg.RateLimit)
+		id, secret, err := api.CreateSubscription(ctx, subscriptionSpec{
+			URL: rcv.URL(i), EventTypes: LoadEventTypes, MaxInFlight: cfg.MaxInFlight, RateLimit: cfg.RateLimit,
+			Timeout: cfg.SubscriptionTimeout,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("create subscription %d: %w", i, err)
 		}
@@ -145,6 +159,11 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		if err := rcv.SetSecret(i, secret); err != nil {
 			return nil, err
 		}
+	}
+	idle, err := createIdle(ctx, cfg, api, rcv)
+	subIDs = append(subIDs, idle...)
+	if err != nil {
+		return nil, err
 	}
 
 	// A producer publishing 1,000 events a second has its connections
@@ -169,7 +188,7 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 	drainEnded := ""
 	if cfg.Subscriptions > 0 {
 		progress.setPhase("draining")
-		drainEnded = drain(ctx, cfg, rcv, pubs.accepted.Load()*int64(cfg.Subscriptions), publishEnded)
+		drainEnded = drain(ctx, cfg, rcv, pubs.accepted.Load()*int64(cfg.Healthy()), publishEnded)
 	}
 	progress.stop()
 	if opts.CPUProfile != nil {
@@ -193,6 +212,58 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		return r, fmt.Errorf("interrupted: %w", ctx.Err())
 	}
 	return r, nil
+}
+
+// idleEventTypes is the event type of idle subscriptions: no event of a
+// run has it.
+var idleEventTypes = []string{"idle.never"}
+
+// createIdle creates cfg.IdleSubscriptions subscriptions that match no
+// event of the run, cfg.Publishers at a time, and returns the ids of those
+// it created.
+func createIdle(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver) ([]string, error) {
+	ids := make([]string, cfg.IdleSubscriptions)
+	err := forEachConcurrently(cfg.IdleSubscriptions, cfg.Publishers, func(i int) error {
+		id, _, err := api.CreateSubscription(ctx, subscriptionSpec{
+			URL: rcv.URL(0), EventTypes: idleEventTypes, MaxInFlight: cfg.MaxInFlight, RateLimit: cfg.RateLimit,
+		})
+		if err != nil {
+			return fmt.Errorf("create idle subscription %d: %w", i, err)
+		}
+		ids[i] = id
+		return nil
+	})
+	return slices.DeleteFunc(ids, func(id string) bool { return id == "" }), err
+}
+
+// forEachConcurrently calls fn(0) … fn(n-1), at most width at once, and
+// returns the first error; after an error it starts no more calls.
+func forEachConcurrently(n, width int, fn func(i int) error) error {
+	var (
+		next     atomic.Int64
+		firstErr atomic.Pointer[error]
+		wg       sync.WaitGroup
+	)
+	for range min(max(width, 1), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for firstErr.Load() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // drain waits until every expected delivery has arrived, nothing has
@@ -366,7 +437,8 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 	var delivered []Sample
 	if cfg.Subscriptions > 0 {
 		d := &DeliveryStats{
-			Expected:         r.Publish.Accepted * int64(cfg.Subscriptions),
+			Expected:         r.Publish.Accepted * int64(cfg.Healthy()),
+			Hung:             rcv.hung.Load(),
 			Requests:         rcv.requests.Load() - rcv.unknown.Load(),
 			FailedByReceiver: rcv.failed.Load(),
 			Unexpected:       rcv.unknown.Load(),
@@ -425,6 +497,10 @@ func buildReport(cfg Config, started time.Time, pubs *publishers, rcv *Receiver,
 	r.Publish.SustainedPerSecond = Sustained(r.Timeline, func(s Second) int { return s.Accepted })
 	if r.Deliveries != nil {
 		r.Deliveries.SustainedPerSecond = Sustained(r.Timeline, func(s Second) int { return s.Delivered })
+		if cfg.FailingSubscriptions+cfg.HangingSubscriptions > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("hostile mix: of %d subscriptions, %d answer 500 and %d hang; delivery figures are the %d healthy ones'",
+				cfg.Subscriptions, cfg.FailingSubscriptions, cfg.HangingSubscriptions, cfg.Healthy()))
+		}
 		if cfg.VerifySample < 1 {
 			r.Notes = append(r.Notes, fmt.Sprintf("signatures verified on a %g %% sample of requests", cfg.VerifySample*100))
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,67 @@ func TestEveryWorkloadIsValid(t *testing.T) {
 	cases, err := benchCases(BenchOptions{Base: DefaultConfig(), Only: []string{"W6"}})
 	if err != nil || len(cases) != 3 || cases[2].name != "W6-4w" || cases[2].cfg.Workers != 4 {
 		t.Errorf("W6 bench cases = %+v, %v; want W6-1w, W6-2w, W6-4w", cases, err)
+	}
+	cases, err = benchCases(BenchOptions{Base: DefaultConfig(), Only: []string{"W7", "W8"}})
+	if err != nil || len(cases) != 4 {
+		t.Fatalf("W7 and W8 bench cases = %+v, %v; want two each", cases, err)
+	}
+	for i, want := range []struct {
+		name                         string
+		subscriptions, hostile, idle int
+	}{{"W7-clean", 17, 0, 0}, {"W7-hostile", 20, 3, 0}, {"W8-10", 10, 0, 0}, {"W8-100k", 10, 0, 99_990}} {
+		c := cases[i].cfg
+		if cases[i].name != want.name || c.Workload != want.name || c.Subscriptions != want.subscriptions ||
+			c.FailingSubscriptions+c.HangingSubscriptions != want.hostile || c.IdleSubscriptions != want.idle {
+			t.Errorf("case %d = %s: %+v; want %+v", i, cases[i].name, c, want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", cases[i].name, err)
+		}
+	}
+	if w, err := FindWorkload("w7-clean"); err != nil || w.Configure(DefaultConfig(), false).Healthy() != 17 {
+		t.Errorf("FindWorkload(w7-clean) = %+v, %v; want the clean variant", w, err)
+	}
+}
+
+// TestTinyHostileRunCountsTheHealthySubscriptions runs a hostile mix in
+// miniature: of three subscriptions one answers 500 and one hangs past
+// its timeout, beside idle subscriptions that match nothing. The healthy
+// one gets everything, and the figures count it alone.
+func TestTinyHostileRunCountsTheHealthySubscriptions(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = serverURL()
+	cfg.RedisURL = redistest.URL()
+	redistest.Client(t)
+	cfg.Workers = 0
+	cfg.Events, cfg.Publishers, cfg.PayloadBytes = 100, 8, 256
+	cfg.Subscriptions, cfg.FailingSubscriptions, cfg.HangingSubscriptions, cfg.IdleSubscriptions = 3, 1, 1, 25
+	cfg.SubscriptionTimeout = 300 * time.Millisecond
+	cfg.DrainTimeout = time.Minute
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, cfg, Options{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	d := r.Deliveries
+	if d == nil {
+		t.Fatal("no delivery stats")
+	}
+	if d.Expected != 100 || d.Delivered != 100 || d.Lost != 0 || d.DrainEnded != "all delivered" {
+		t.Errorf("expected/delivered/lost = %d/%d/%d (%s), want 100/100/0: the healthy subscription's alone",
+			d.Expected, d.Delivered, d.Lost, d.DrainEnded)
+	}
+	if d.FailedByReceiver == 0 || d.Hung == 0 {
+		t.Errorf("failed by receiver %d, hung %d: want both endpoints to have been tried", d.FailedByReceiver, d.Hung)
+	}
+	if d.Unexpected != 0 {
+		t.Errorf("%d unexpected arrivals: the idle subscriptions matched something", d.Unexpected)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "hostile mix") }) {
+		t.Errorf("notes %q do not say the figures are the healthy subscriptions'", r.Notes)
 	}
 }
 

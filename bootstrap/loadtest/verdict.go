@@ -9,6 +9,7 @@ import (
 // figures are what a bench case's runs measured: the medians over its
 // runs, and the worst of what must hold in every run.
 type figures struct {
+	name       string // the bench case's
 	workers    int
 	accepted   float64 // events accepted/s
 	publishP99 float64 // ms
@@ -146,4 +147,34 @@ func judgeW6(f figures, bench map[string]figures) string {
 		v += fmt.Sprintf(" (%.2f of 1 worker's figure)", ratio)
 	}
 	return v
+}
+
+// judgeW7 holds the hostile mix's healthy subscriptions to 80 % of the
+// clean run's deliveries/s and to a p99 of 250 ms; the clean run is the
+// reference.
+func judgeW7(f figures, bench map[string]figures) string {
+	if f.name == w7Clean {
+		return verdict(noLoss(f)) + " (the reference)"
+	}
+	reqs := []requirement{atMost("healthy p99", f.p99, 250), noLoss(f)}
+	if clean, ok := bench[w7Clean]; ok && clean.deliveries && clean.delivered > 0 {
+		reqs = append(reqs, atLeast("healthy deliveries/s of 80 % of the clean run's", f.delivered, 0.8*clean.delivered))
+	}
+	return verdict(reqs...)
+}
+
+// judgeW8 holds the run with 100,000 subscriptions to 80 % of the
+// 10-subscription run's ingest and delivery rates; that run is the
+// reference.
+func judgeW8(f figures, bench map[string]figures) string {
+	if f.name == w8Few {
+		return verdict(noLoss(f)) + " (the reference)"
+	}
+	few, ok := bench[w8Few]
+	if !ok || !few.deliveries || few.delivered <= 0 || few.accepted <= 0 {
+		return "not judged: no 10-subscription figure"
+	}
+	return verdict(atLeast("events/s of 80 % of the reference's", f.accepted, 0.8*few.accepted),
+		atLeast("deliveries/s of 80 % of the reference's", f.delivered, 0.8*few.delivered),
+		atMost("peak RSS", float64(f.peakRSS), 200<<20), noLoss(f))
 }

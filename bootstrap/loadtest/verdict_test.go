@@ -19,6 +19,8 @@ func TestVerdictsHoldTheMediansToTheTargets(t *testing.T) {
 	w6 := func(one float64) map[string]figures {
 		return map[string]figures{"W6-1w": delivery(one), "W3": delivery(2 * one)}
 	}
+	w7 := func(clean float64) map[string]figures { return map[string]figures{"W7-clean": delivery(clean)} }
+	w8 := func(few float64) map[string]figures { return map[string]figures{"W8-10": delivery(few)} }
 	cases := []struct {
 		name  string
 		judge func(figures, map[string]figures) string
@@ -47,6 +49,16 @@ func TestVerdictsHoldTheMediansToTheTargets(t *testing.T) {
 		{"W6 reference", judgeW6, delivery(9_000), w6(9_000), "met (the reference)"},
 		{"W6 scales", judgeW6, with(delivery(8_640), func(f *figures) { f.workers = 2 }), w6(9_000), "met (0.96 of 1 worker's figure)"},
 		{"W6 falls", judgeW6, with(delivery(7_200), func(f *figures) { f.workers = 4 }), w6(9_000), "**not met**: 0.80 of 1 worker's figure"},
+		{"W7 reference", judgeW7, with(delivery(3_400), func(f *figures) { f.name = "W7-clean" }), nil, "met (the reference)"},
+		{"W7 met", judgeW7, with(delivery(2_800), func(f *figures) { f.p99 = 250 }), w7(3_400), "met"},
+		{"W7 starved", judgeW7, with(delivery(1_700), func(f *figures) { f.p99 = 1000 }), w7(3_400),
+			"**not met**: healthy p99 0.25, healthy deliveries/s of 80 % of the clean run's 0.62"},
+		{"W7 without the clean run", judgeW7, delivery(3_000), nil, "met"},
+		{"W8 reference", judgeW8, with(delivery(9_000), func(f *figures) { f.name = "W8-10" }), nil, "met (the reference)"},
+		{"W8 met", judgeW8, with(delivery(7_200), func(f *figures) { f.accepted = 800 }), w8(9_000), "met"},
+		{"W8 slow", judgeW8, with(delivery(3_600), func(f *figures) { f.accepted = 400 }), w8(9_000),
+			"**not met**: events/s of 80 % of the reference's 0.50, deliveries/s of 80 % of the reference's 0.50"},
+		{"W8 without the reference", judgeW8, delivery(9_000), nil, "not judged: no 10-subscription figure"},
 		{"W6 without one worker", judgeW6, with(delivery(7_200), func(f *figures) { f.workers = 4 }), w3(9_000), "not judged: no one-worker figure"},
 	}
 	for _, tc := range cases {

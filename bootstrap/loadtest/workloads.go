@@ -24,6 +24,10 @@ type Workload struct {
 	// per entry with that many worker processes, the variants taking turns
 	// (benchSchedule).
 	WorkerSweep []int
+	// Variants, when set, makes the bench suite run the workload once per
+	// variant, named <Name>-<variant>, the variants taking turns; a single
+	// run takes a variant by that name, or the workload as Apply leaves it.
+	Variants []Variant
 	// judge says whether a bench case of the workload met Target, from
 	// its runs' figures and those of the bench's other cases (verdict.go).
 	judge func(f figures, bench map[string]figures) string
@@ -104,7 +108,55 @@ var Workloads = []Workload{
 		Quick:       func(c *Config) { c.Events = 10_000 },
 		WorkerSweep: []int{1, 2, 4},
 	},
+	{
+		// Steady, not open loop: the target is the healthy subscriptions'
+		// latency, which a backlog would measure instead. 17 healthy
+		// subscriptions at 200 events/s are 3,400 deliveries/s; the
+		// failing ones' retries and open circuits, and the hanging one's
+		// requests held for its whole timeout, come on top.
+		Name: "W7", Title: "hostile mix: 200 events/s for 30 s to 20 subscriptions, 2 answering 500, 1 hanging until its 10 s timeout, 17 healthy; against the 17 alone (W7-clean)",
+		Target: "healthy subscriptions' deliveries/s ≥ 80 % of W7-clean's, their p99 ≤ 250 ms, zero loss",
+		judge:  judgeW7,
+		Apply: func(c *Config) {
+			c.Events, c.Duration, c.Rate, c.Publishers = 0, 30*time.Second, 200, 32
+			c.Subscriptions, c.FailingSubscriptions, c.HangingSubscriptions = 20, 2, 1
+			c.SubscriptionTimeout, c.MaxInFlight = 10*time.Second, 100
+		},
+		Quick: func(c *Config) { c.Duration = 10 * time.Second },
+		Variants: []Variant{
+			{Name: "clean", Apply: func(c *Config) {
+				c.Subscriptions, c.FailingSubscriptions, c.HangingSubscriptions = c.Healthy(), 0, 0
+			}},
+			{Name: "hostile", Apply: func(*Config) {}},
+		},
+	},
+	{
+		Name: "W8", Title: "many subscriptions: 10,000 events matching 10 subscriptions, beside 99,990 that match nothing; against the 10 alone (W8-10)",
+		Target: "events/s and deliveries/s ≥ 80 % of W8-10's, every process ≤ 200 MiB RSS, zero loss",
+		judge:  judgeW8,
+		Apply: func(c *Config) {
+			c.Events, c.Publishers, c.Subscriptions, c.IdleSubscriptions = 10_000, openLoopPublishers, 10, 99_990
+		},
+		Quick: func(c *Config) { c.Events, c.IdleSubscriptions = 2_000, 9_990 },
+		Variants: []Variant{
+			{Name: "10", Apply: func(c *Config) { c.IdleSubscriptions = 0 }},
+			{Name: "100k", Apply: func(*Config) {}},
+		},
+	},
 }
+
+// A Variant is one setting of a workload the bench compares with the
+// others (W7: a clean and a hostile run).
+type Variant struct {
+	Name  string
+	Apply func(*Config)
+}
+
+// The bench cases the judges of W7 and W8 compare with.
+const (
+	w7Clean = "W7-clean"
+	w8Few   = "W8-10"
+)
 
 // FindWorkload returns the standard workload called name (case-insensitive).
 func FindWorkload(name string) (Workload, error) {
@@ -114,6 +166,16 @@ func FindWorkload(name string) (Workload, error) {
 			return w, nil
 		}
 		names = append(names, w.Name)
+		for _, v := range w.Variants {
+			full := w.Name + "-" + v.Name
+			if strings.EqualFold(full, name) {
+				apply := w.Apply
+				w.Name, w.Variants = full, nil
+				w.Apply = func(c *Config) { apply(c); v.Apply(c) }
+				return w, nil
+			}
+			names = append(names, full)
+		}
 	}
 	return Workload{}, fmt.Errorf("unknown workload %q (want one of %s)", name, strings.Join(names, ", "))
 }
