@@ -10,7 +10,7 @@ import (
 // (SPEC §6): a name, what it measures, the target it is judged by, and how
 // it changes the default settings.
 type Workload struct {
-	// Name is what --workload takes: W1 … W6.
+	// Name is what --workload takes: W1 … W8 (or a variant, W7-clean).
 	Name string
 	// What the workload is, for reports and the README.
 	Title string
