@@ -73,7 +73,7 @@ func (r request) send(t *testing.T, base string) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer k1")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
@@ -108,6 +108,11 @@ func (tr transports) compare(t *testing.T, r request) int {
 	fCode, fHeader, fBody := r.send(t, tr.fastURL)
 	if fCode >= 400 {
 		fBody, sBody = sortedErrors(fBody), sortedErrors(sBody)
+	}
+	if fCode == http.StatusRequestEntityTooLarge && sCode == fCode {
+		// fasthttp refuses a declared length over the limit before reading
+		// the body, so before huma checks anything else of the request.
+		fBody, sBody = "", ""
 	}
 	if fCode != sCode || fBody != sBody {
 		t.Fatalf("%s %s %q %v (chunked %v):\nfasthttp: %d %s\nnet/http: %d %s", r.method, r.path, r.body, r.header, r.chunked, fCode, fBody, sCode, sBody)
