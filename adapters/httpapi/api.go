@@ -85,7 +85,7 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	}
 	maxBody := cmp.Or(max(cfg.MaxBodyBytes, 0), DefaultMaxBodyBytes)
 	keys := newKeyring(cfg.APIKeys)
-	adapter.bounds = &bounds{keys: keys, maxBody: maxBody, maxEvent: h.maxEventBytes, log: log}
+	adapter.bounds = &bounds{keys: keys, maxBody: maxBody, maxEvent: h.maxEventBytes}
 	api.UseMiddleware(requestScope(cmp.Or(max(cfg.RequestTimeout, 0), DefaultRequestTimeout)), requireKey(api, keys))
 	// Every /v1 operation needs the bearer key and, publish aside, has the
 	// same body limit; set them once, here.

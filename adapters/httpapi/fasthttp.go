@@ -110,30 +110,34 @@ func fastHandler(api huma.API, a *capturingAdapter, fallback http.Handler, log *
 		if !publish {
 			fc.op = &huma.Operation{Method: string(ctx.Method()), Path: string(ctx.Path())}
 		}
-		switch b.admit(ctx.Path(), publish, int64(ctx.Request.Header.ContentLength()),
-			ctx.Request.Header.Peek("Authorization"), &fc.rec) {
-		case refusedKey:
+		refused := b.admit(ctx.Path(), publish, int64(ctx.Request.Header.ContentLength()),
+			ctx.Request.Header.Peek("Authorization"), &fc.rec)
+		if refused == admitted && !publish && !cutBody(ctx, b.maxBody) {
+			refused = refusedSize
+		}
+		if refused != admitted {
+			// The rest of the body is not read: the connection ends with the
+			// answer.
 			ctx.SetConnectionClose()
-			refuseKey(api, fc)
-		case refusedSize:
-			ctx.SetConnectionClose()
-			_ = huma.WriteErr(api, fc, http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("request body is too large limit=%d bytes", b.limit(publish)))
-		default:
-			switch {
-			case publish:
-				a.publish(fc)
-			case !cutBody(ctx, b.maxBody):
-				ctx.SetConnectionClose()
-				_ = huma.WriteErr(api, fc, http.StatusRequestEntityTooLarge,
-					fmt.Sprintf("request body is too large limit=%d bytes", b.maxBody))
-			default:
-				ctx.Request.Header.Set(requestIDHeader, fc.rec.id)
-				ctx.SetUserValue(recordKey{}, &fc.rec)
-				slow(ctx)
+			fc.rec.route = publishPath
+			if !publish {
+				fc.rec.route = routeOf(fallback, fc.op.Method, fc.op.Path)
 			}
 		}
-		accessLog(b.log, methodName(ctx.Method()), ctx.Response.StatusCode(), &fc.rec)
+		switch {
+		case refused == refusedKey:
+			refuseKey(api, fc)
+		case refused == refusedSize:
+			_ = huma.WriteErr(api, fc, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body is too large limit=%d bytes", b.limit(publish)))
+		case publish:
+			a.publish(fc)
+		default:
+			ctx.Request.Header.Set(requestIDHeader, fc.rec.id)
+			ctx.SetUserValue(recordKey{}, &fc.rec)
+			slow(ctx)
+		}
+		accessLog(log, methodName(ctx.Method()), ctx.Response.StatusCode(), &fc.rec)
 	}
 }
 
@@ -150,6 +154,18 @@ func cutBody(ctx *fasthttp.RequestCtx, limit int64) (ok bool) {
 	}
 	ctx.Request.SetBodyRaw(body)
 	return true
+}
+
+// routeOf names the route fallback would have served a request by, when
+// it is a ServeMux.
+func routeOf(fallback http.Handler, method, path string) string {
+	mux, ok := fallback.(*http.ServeMux)
+	if !ok {
+		return ""
+	}
+	_, pattern := mux.Handler(&http.Request{Method: method, URL: &url.URL{Path: path}})
+	_, route, _ := strings.Cut(pattern, " ")
+	return route
 }
 
 // routeFromPattern names the route of a request that no huma operation

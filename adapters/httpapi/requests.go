@@ -214,7 +214,6 @@ type bounds struct {
 	keys keyring
 	// maxBody bounds every body but a publish's, which maxEvent bounds.
 	maxBody, maxEvent int64
-	log               *slog.Logger
 }
 
 // refusal is why a request is answered before its body is read.
