@@ -145,8 +145,8 @@ func fastHandler(api huma.API, a *capturingAdapter, fallback http.Handler, log *
 // which reads a body whole before the handler runs, up to limit: ok is
 // false when the body is longer.
 func cutBody(ctx *fasthttp.RequestCtx, limit int64) (ok bool) {
-	if !ctx.Request.IsBodyStream() {
-		return true
+	if cl := ctx.Request.Header.ContentLength(); !ctx.Request.IsBodyStream() || cl == 0 || cl < -1 {
+		return true // no body
 	}
 	body, err := readBody(io.LimitReader(ctx.RequestBodyStream(), limit+1), 0, string(ctx.Request.Header.Peek("Content-Length")))
 	if err != nil || int64(len(body)) > limit {
