@@ -37,8 +37,9 @@ const (
 	// falling behind it (accepted→received p50 29–35 ms instead of 0.9–1.1
 	// s). It costs memory: the worker's peak RSS went from 47 to 75–86 MiB
 	// in W3 and from 83 to 115–131 MiB in W4.
-	DefaultConcurrency    = 1024
-	DefaultMaxEventBytes  = 256 << 10
+	DefaultConcurrency   = 1024
+	DefaultMaxEventBytes = 256 << 10
+	// DefaultMaxBodyBytes and DefaultRequestTimeout are the API's own.
 	DefaultMaxBodyBytes   = httpapi.DefaultMaxBodyBytes
 	DefaultRequestTimeout = httpapi.DefaultRequestTimeout
 	// MinAPIKeyLength is the shortest API key the API accepts: a shorter
