@@ -106,9 +106,8 @@ func fastHandler(api huma.API, a *capturingAdapter, fallback http.Handler, log *
 		fc.rctx = requestContext{Context: context.Background(), rec: &fc.rec}
 		ctx.Response.Header.Set(requestIDHeader, fc.rec.id)
 		publish := publishPath != "" && ctx.IsPost() && string(ctx.Path()) == publishPath
-		fc.op = a.publishOp
-		if !publish {
-			fc.op = &huma.Operation{Method: string(ctx.Method()), Path: string(ctx.Path())}
+		if publish {
+			fc.op = a.publishOp
 		}
 		refused := b.admit(ctx.Path(), publish, int64(ctx.Request.Header.ContentLength()),
 			ctx.Request.Header.Peek("Authorization"), &fc.rec)
@@ -121,6 +120,8 @@ func fastHandler(api huma.API, a *capturingAdapter, fallback http.Handler, log *
 			ctx.SetConnectionClose()
 			fc.rec.route = publishPath
 			if !publish {
+				// The answer is written as huma writes it, for no operation.
+				fc.op = &huma.Operation{Method: string(ctx.Method()), Path: string(ctx.Path())}
 				fc.rec.route = routeOf(fallback, fc.op.Method, fc.op.Path)
 			}
 		}
