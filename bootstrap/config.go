@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
@@ -38,6 +39,12 @@ const (
 	// in W3 and from 83 to 115–131 MiB in W4.
 	DefaultConcurrency   = 1024
 	DefaultMaxEventBytes = 256 << 10
+	// DefaultMaxBodyBytes and DefaultRequestTimeout are the API's own.
+	DefaultMaxBodyBytes   = httpapi.DefaultMaxBodyBytes
+	DefaultRequestTimeout = httpapi.DefaultRequestTimeout
+	// MinAPIKeyLength is the shortest API key the API accepts: a shorter
+	// one could be guessed.
+	MinAPIKeyLength = 32
 	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
 	// delivery unread for longer than anyone would trade for CPU.
 	MaxWorkerReadWait = time.Second
@@ -130,6 +137,12 @@ type Config struct {
 	FanOutMaxUnread int64
 	// MaxEventBytes bounds a publish request body.
 	MaxEventBytes int64
+	// MaxBodyBytes bounds the request body of every other route; checked
+	// before any of it is read.
+	MaxBodyBytes int64
+	// RequestTimeout is the deadline of every API request, carried to
+	// PostgreSQL through the request's context.
+	RequestTimeout time.Duration
 	// IdempotencyWindow is how long an idempotency key is remembered.
 	IdempotencyWindow time.Duration
 	// SecretRotationOverlap is how long a rotated-out secret keeps signing.
@@ -175,6 +188,8 @@ func DefaultConfig() Config {
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
+		MaxBodyBytes:            DefaultMaxBodyBytes,
+		RequestTimeout:          DefaultRequestTimeout,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
 		SecretRotationOverlap:   domain.DefaultRotationOverlap,
 		LogLevel:                "info",
@@ -234,6 +249,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
+	parse((*int64Value)(&c.MaxBodyBytes), "max-body-bytes", "largest request body of any route but publish (bytes)")
+	parse((*durationValue)(&c.RequestTimeout), "request-timeout", "deadline of an API request, down to PostgreSQL")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
 	parse((*durationValue)(&c.SecretRotationOverlap), "secret-rotation-overlap", "how long a rotated-out signing secret keeps signing")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
@@ -261,6 +278,13 @@ func (c *Config) Validate() error {
 	check(c.WorkerSaturatedReadWait >= 0 && c.WorkerSaturatedReadWait <= MaxWorkerReadWait, "worker-saturated-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerSaturatedReadWait)
 	check(c.ProtectionLease >= 0 && c.ProtectionLease <= MaxProtectionLease, "protection-lease must be 0..%s, got %s", MaxProtectionLease, c.ProtectionLease)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
+	check(c.MaxBodyBytes >= 1024, "max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
+	check(c.RequestTimeout >= 10*time.Millisecond, "request-timeout must be at least 10ms, got %s", c.RequestTimeout)
+	for i, k := range c.APIKeys {
+		// Never the key itself: the message goes to the log.
+		check(len(k) >= MinAPIKeyLength, "api-keys: key %d of %d is %d characters long, want at least %d ($DISPATCH_API_KEYS)",
+			i+1, len(c.APIKeys), len(k), MinAPIKeyLength)
+	}
 	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
 	check(c.FanOutMaxUnread >= 0, "fanout-max-unread must be at least 0, got %d", c.FanOutMaxUnread)
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)

@@ -150,3 +150,61 @@ func testBoolSetting(t *testing.T, env, flagName string, get func(bootstrap.Conf
 		{"false", []string{"--" + flagName}, true},
 	}, map[string]string{"sometimes": "$" + env})
 }
+
+func TestMaxBodyBytesConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().MaxBodyBytes; got != 1<<20 {
+		t.Errorf("default = %d, want 1048576", got)
+	}
+	testSetting(t, "DISPATCH_MAX_BODY_BYTES", func(c bootstrap.Config) int64 { return c.MaxBodyBytes }, []settingCase[int64]{
+		{"4096", nil, 4096},
+		{"4096", []string{"--max-body-bytes", "2048"}, 2048},
+	}, map[string]string{
+		"100":  "max-body-bytes must be at least 1024, got 100",
+		"lots": "$DISPATCH_MAX_BODY_BYTES",
+	})
+}
+
+func TestRequestTimeoutConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().RequestTimeout; got != 30*time.Second {
+		t.Errorf("default = %s, want 30s", got)
+	}
+	testSetting(t, "DISPATCH_REQUEST_TIMEOUT", func(c bootstrap.Config) time.Duration { return c.RequestTimeout }, []settingCase[time.Duration]{
+		{"5s", nil, 5 * time.Second},
+		{"5s", []string{"--request-timeout", "1m"}, time.Minute},
+	}, map[string]string{
+		"0":     "request-timeout must be at least 10ms, got 0s",
+		"-1s":   "request-timeout must be at least 10ms, got -1s",
+		"later": "$DISPATCH_REQUEST_TIMEOUT",
+	})
+}
+
+// An API key shorter than 32 characters stops every role, naming the
+// setting, the key's place and length, and never the key.
+func TestShortAPIKeysAreRefused(t *testing.T) {
+	long := strings.Repeat("a", bootstrap.MinAPIKeyLength)
+	testSetting(t, "DISPATCH_API_KEYS", func(c bootstrap.Config) string { return strings.Join(c.APIKeys, ",") }, []settingCase[string]{
+		{long, nil, long},
+		{long + "," + long + "b", nil, long + "," + long + "b"},
+	}, map[string]string{
+		"change-me":                          "api-keys: key 1 of 1 is 9 characters long, want at least 32 ($DISPATCH_API_KEYS)",
+		long + ",secret-but-short":           "api-keys: key 2 of 2 is 16 characters long, want at least 32",
+		strings.Repeat("b", 31) + "," + long: "key 1 of 2 is 31 characters long",
+	})
+	for _, role := range []bootstrap.Role{bootstrap.RoleAPI, bootstrap.RoleAll} {
+		cfg := bootstrap.DefaultConfig()
+		cfg.APIKeys = []string{"hunter2-hunter2"}
+		_, err := bootstrap.Options(role, cfg)
+		if err == nil || !strings.Contains(err.Error(), "api-keys") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("role %s with a 15-character key: error %v, want one naming api-keys and not the key", role, err)
+		}
+	}
+}
+
+// The key `dispatch dev` makes passes the check every role makes.
+func TestDevKeyIsLongEnough(t *testing.T) {
+	cfg := bootstrap.DefaultConfig()
+	cfg.APIKeys = []string{bootstrap.DevKey()}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("dev key %d characters: %v", len(cfg.APIKeys[0]), err)
+	}
+}

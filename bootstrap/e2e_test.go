@@ -20,7 +20,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/client"
 )
 
-const testKey = "test-key"
+const testKey = "test-key-0123456789abcdefghijklmnop"
 
 // TestDeliversOneEventEndToEnd runs api, worker and scheduler as separate fx
 // apps on real PostgreSQL and Redis, and follows one event from publish to a

@@ -34,3 +34,6 @@ var (
 	WorkerGCModule  = workerGCModule
 	WorkerGCPercent = workerGCPercent
 )
+
+// DevKey exposes the API key `dispatch dev` makes when none is set.
+var DevKey = devKey

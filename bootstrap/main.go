@@ -113,7 +113,7 @@ func run(app *fx.App, role Role) error {
 }
 
 func devKey() string {
-	var b [18]byte
+	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return "dev_" + base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -321,7 +321,8 @@ func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus
 	deliveries *application.Deliveries, ready Ready, _ warmedIngest,
 ) *APIServer {
 	mux := http.NewServeMux()
-	api := httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys, MaxEventBytes: cfg.MaxEventBytes},
+	api := httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys,
+		MaxEventBytes: cfg.MaxEventBytes, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: cfg.RequestTimeout},
 		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return &APIServer{serve(lc, cfg.ListenAddr, fastServer{httpapi.NewServer(api, mux, log)}, log)}

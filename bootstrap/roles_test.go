@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"strings"
 	"testing"
 
 	"go.uber.org/fx"
@@ -16,7 +17,7 @@ func TestEveryRoleGraphIsComplete(t *testing.T) {
 		t.Run(string(role), func(t *testing.T) {
 			t.Parallel()
 			cfg := bootstrap.DefaultConfig()
-			cfg.APIKeys = []string{"k"}
+			cfg.APIKeys = []string{strings.Repeat("k", bootstrap.MinAPIKeyLength)}
 			opts, err := bootstrap.Options(role, cfg)
 			if err != nil {
 				t.Fatal(err)

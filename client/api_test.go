@@ -18,7 +18,7 @@ func startAPI() (baseURL, apiKey string, stop func()) {
 	store := memory.NewStore()
 	queue := memory.NewQueue(memory.QueueOptions{})
 	clock := ports.SystemClock{}
-	apiKey = "example-key"
+	apiKey = "example-key-0123456789abcdefghijklmnop"
 	mux := http.NewServeMux()
 	httpapi.New(mux, httpapi.Config{Version: "example", APIKeys: []string{apiKey}},
 		httpapi.UseCases{

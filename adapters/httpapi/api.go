@@ -1,12 +1,11 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
-	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -25,6 +24,12 @@ type Config struct {
 	APIKeys []string
 	// MaxEventBytes bounds a publish body; larger bodies get 413.
 	MaxEventBytes int64
+	// MaxBodyBytes bounds the body of every other operation; larger
+	// bodies get 413. DefaultMaxBodyBytes when 0.
+	MaxBodyBytes int64
+	// RequestTimeout is every operation's deadline, carried by the context
+	// its use case gets. DefaultRequestTimeout when 0.
+	RequestTimeout time.Duration
 }
 
 // UseCases are what the API drives.
@@ -68,7 +73,9 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key from DISPATCH_API_KEYS."},
 	}
-	api := huma.NewAPI(hc, &capturingAdapter{Adapter: humago.NewAdapter(mux, "")})
+	log = slog.New(requestLog{log.Handler()})
+	adapter := &capturingAdapter{Adapter: humago.NewAdapter(mux, "")}
+	api := huma.NewAPI(hc, adapter)
 	h := &handlers{
 		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, accepted: uc.EventAccepted,
 		log: log, maxEventBytes: cfg.MaxEventBytes, slowPublish: slowPublish,
@@ -76,11 +83,18 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	if h.maxEventBytes <= 0 {
 		h.maxEventBytes = DefaultMaxEventBytes
 	}
-	api.UseMiddleware(requireKey(api, cfg.APIKeys))
-	// Every /v1 operation needs the bearer key; set it once, here.
+	maxBody := cmp.Or(max(cfg.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	keys := newKeyring(cfg.APIKeys)
+	adapter.bounds = &bounds{keys: keys, maxBody: maxBody, maxEvent: h.maxEventBytes}
+	api.UseMiddleware(requestScope(cmp.Or(max(cfg.RequestTimeout, 0), DefaultRequestTimeout)), requireKey(api, keys))
+	// Every /v1 operation needs the bearer key and, publish aside, has the
+	// same body limit; set them once, here.
 	secured := huma.NewGroup(api)
 	secured.UseModifier(func(op *huma.Operation, next func(*huma.Operation)) {
 		op.Security = []map[string][]string{{"bearer": {}}}
+		if op.OperationID != publishOperation {
+			op.MaxBodyBytes = maxBody
+		}
 		next(op)
 	})
 	h.registerSubscriptions(secured)
@@ -88,36 +102,6 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	h.registerDeliveries(secured)
 	h.registerHealth(api)
 	return api
-}
-
-// requireKey answers 401 to /v1 requests without an accepted bearer key.
-// Keys are compared as SHA-256 digests in constant time, so neither a key's
-// content nor its length leaks through timing.
-func requireKey(api huma.API, keys []string) func(huma.Context, func(huma.Context)) {
-	digests := make([][32]byte, len(keys))
-	for i, k := range keys {
-		digests[i] = sha256.Sum256([]byte(k))
-	}
-	return func(ctx huma.Context, next func(huma.Context)) {
-		if !strings.HasPrefix(ctx.Operation().Path, "/v1/") {
-			next(ctx)
-			return
-		}
-		token, ok := strings.CutPrefix(ctx.Header("Authorization"), "Bearer ")
-		if ok && token != "" {
-			got := sha256.Sum256([]byte(token))
-			match := 0
-			for _, d := range digests {
-				match |= subtle.ConstantTimeCompare(got[:], d[:])
-			}
-			if match == 1 {
-				next(ctx)
-				return
-			}
-		}
-		ctx.SetHeader("WWW-Authenticate", `Bearer realm="dispatch"`)
-		_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
-	}
 }
 
 type healthOutput struct {

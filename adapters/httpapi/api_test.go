@@ -19,7 +19,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-const key = "k1"
+const key = "test-key-1-0123456789abcdefghijklmnop"
 
 // fakeDNS resolves localhost to loopback and every other name to a public
 // address, so the SSRF guard runs without a network.
@@ -47,7 +47,7 @@ func newServer(t *testing.T) *server {
 	store := memory.NewStore()
 	clock := ports.SystemClock{}
 	mux := http.NewServeMux()
-	httpapi.New(mux, httpapi.Config{Version: "test", APIKeys: []string{"k0", key}, MaxEventBytes: 4096},
+	httpapi.New(mux, httpapi.Config{Version: "test", APIKeys: []string{"test-key-0-0123456789abcdefghijklmnop", key}, MaxEventBytes: 4096},
 		httpapi.UseCases{
 			// Inline fan-out off: every stored event then stays in the
 			// outbox, where counts finds it.

@@ -51,7 +51,7 @@ func BenchmarkPublish(b *testing.B) {
 			store := &freshStore{memory.NewStore()}
 			clock := ports.SystemClock{}
 			mux := http.NewServeMux()
-			httpapi.New(mux, httpapi.Config{Version: "bench", APIKeys: []string{"k0", key}},
+			httpapi.New(mux, httpapi.Config{Version: "bench", APIKeys: []string{"test-key-0-0123456789abcdefghijklmnop", key}},
 				httpapi.UseCases{
 					Ingest:        &application.Ingest{Events: store, Queue: nopQueue{}, Clock: clock},
 					Subscriptions: &application.Subscriptions{Store: store, Clock: clock},

@@ -24,6 +24,10 @@ func problem(ctx context.Context, log *slog.Logger, err error) error {
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, domain.ErrConflict):
 		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// Whatever failed, it failed for want of time: the store answered
+		// too slowly for the request's deadline.
+		return huma.Error503ServiceUnavailable("the request did not finish within its deadline; try again")
 	default:
 		log.ErrorContext(ctx, "request failed", "error", err)
 		return huma.Error500InternalServerError("internal error; see the server log")

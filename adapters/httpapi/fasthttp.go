@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -36,11 +38,12 @@ const publishOperation = "publish-event"
 const maxHeaderBytes = 8 << 10
 
 // capturingAdapter is humago's adapter, also keeping the handler chain huma
-// registers for the publish operation.
+// registers for the publish operation, and the bounds New set.
 type capturingAdapter struct {
 	huma.Adapter
 	publishOp *huma.Operation
 	publish   func(huma.Context)
+	bounds    *bounds
 }
 
 func (a *capturingAdapter) Handle(op *huma.Operation, handler func(huma.Context)) {
@@ -52,8 +55,9 @@ func (a *capturingAdapter) Handle(op *huma.Operation, handler func(huma.Context)
 
 // NewServer returns a fasthttp server for api, which New returned, with
 // fallback the mux New registered api on (and whatever else it serves).
-// Bodies up to the publish limit are read before the handler runs; longer
-// ones are streamed to it, so that huma's own limits answer them.
+// Every body is streamed to the handler, at most 8 KiB of it read before
+// (fasthttp's prefetch), so that the key and the limits are checked
+// before the rest is read. A multipart body is never parsed.
 func NewServer(api huma.API, fallback http.Handler, log *slog.Logger) *fasthttp.Server {
 	captured, _ := api.Adapter().(*capturingAdapter)
 	limit := DefaultMaxEventBytes
@@ -61,14 +65,17 @@ func NewServer(api huma.API, fallback http.Handler, log *slog.Logger) *fasthttp.
 		limit = int(captured.publishOp.MaxBodyBytes)
 	}
 	return &fasthttp.Server{
-		Handler:               fastHandler(captured, fallback),
-		ReadTimeout:           10 * time.Second,
-		IdleTimeout:           2 * time.Minute,
-		ReadBufferSize:        maxHeaderBytes,
-		MaxRequestBodySize:    limit + 1,
-		StreamRequestBody:     true,
-		NoDefaultServerHeader: true,
-		Logger:                serverLog{log},
+		Handler:            fastHandler(api, captured, fallback, log),
+		ReadTimeout:        10 * time.Second,
+		IdleTimeout:        2 * time.Minute,
+		ReadBufferSize:     maxHeaderBytes,
+		MaxRequestBodySize: limit + 1,
+		StreamRequestBody:  true,
+		// Otherwise fasthttp reads a multipart body of any length before
+		// the handler runs, spooling its files to $TMPDIR.
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		Logger:                       serverLog{log},
 	}
 }
 
@@ -81,20 +88,114 @@ func (l serverLog) Printf(format string, args ...any) {
 }
 
 // fastHandler serves the publishes a captured natively and everything
-// else through fallback.
-func fastHandler(a *capturingAdapter, fallback http.Handler) fasthttp.RequestHandler {
-	slow := fasthttpadaptor.NewFastHTTPHandler(fallback)
-	if a == nil || a.publish == nil {
+// else through fallback, each once its header has passed the bounds, and
+// logs it.
+func fastHandler(api huma.API, a *capturingAdapter, fallback http.Handler, log *slog.Logger) fasthttp.RequestHandler {
+	slow := fasthttpadaptor.NewFastHTTPHandler(routeFromPattern(fallback))
+	if a == nil || a.bounds == nil {
 		return slow
 	}
-	path := a.publishOp.Path
-	return func(ctx *fasthttp.RequestCtx) {
-		if ctx.IsPost() && string(ctx.Path()) == path {
-			a.publish(&fastContext{op: a.publishOp, ctx: ctx})
-			return
-		}
-		slow(ctx)
+	b := a.bounds
+	publishPath := ""
+	if a.publish != nil {
+		publishPath = a.publishOp.Path
 	}
+	return func(ctx *fasthttp.RequestCtx) {
+		fc := &fastContext{ctx: ctx}
+		fc.rec = requestRecord{start: time.Now(), id: requestID(ctx.Request.Header.Peek(requestIDHeader))}
+		fc.rctx = requestContext{Context: context.Background(), rec: &fc.rec}
+		ctx.Response.Header.Set(requestIDHeader, fc.rec.id)
+		publish := publishPath != "" && ctx.IsPost() && string(ctx.Path()) == publishPath
+		if publish {
+			fc.op = a.publishOp
+		}
+		refused := b.admit(ctx.Path(), publish, int64(ctx.Request.Header.ContentLength()),
+			ctx.Request.Header.Peek("Authorization"), &fc.rec)
+		if refused == admitted && !publish && !cutBody(ctx, b.maxBody) {
+			refused = refusedSize
+		}
+		if refused != admitted {
+			// The rest of the body is not read: the connection ends with the
+			// answer.
+			ctx.SetConnectionClose()
+			fc.rec.route = publishPath
+			if !publish {
+				// The answer is written as huma writes it, for no operation.
+				fc.op = &huma.Operation{Method: string(ctx.Method()), Path: string(ctx.Path())}
+				fc.rec.route = routeOf(fallback, fc.op.Method, fc.op.Path)
+			}
+		}
+		switch {
+		case refused == refusedKey:
+			refuseKey(api, fc)
+		case refused == refusedSize:
+			_ = huma.WriteErr(api, fc, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body is too large limit=%d bytes", b.limit(publish)))
+		case publish:
+			a.publish(fc)
+		default:
+			ctx.Request.Header.Set(requestIDHeader, fc.rec.id)
+			ctx.SetUserValue(recordKey{}, &fc.rec)
+			slow(ctx)
+		}
+		accessLog(log, methodName(ctx.Method()), ctx.Response.StatusCode(), &fc.rec)
+	}
+}
+
+// cutBody reads a streamed body of a request fasthttpadaptor will serve,
+// which reads a body whole before the handler runs, up to limit: ok is
+// false when the body is longer.
+func cutBody(ctx *fasthttp.RequestCtx, limit int64) (ok bool) {
+	if cl := ctx.Request.Header.ContentLength(); !ctx.Request.IsBodyStream() || cl == 0 || cl < -1 {
+		return true // no body
+	}
+	body, err := readBody(io.LimitReader(ctx.RequestBodyStream(), limit+1), 0, string(ctx.Request.Header.Peek("Content-Length")))
+	if err != nil || int64(len(body)) > limit {
+		return false
+	}
+	ctx.Request.SetBodyRaw(body)
+	return true
+}
+
+// routeOf names the route fallback would have served a request by, when
+// it is a ServeMux.
+func routeOf(fallback http.Handler, method, path string) string {
+	mux, ok := fallback.(*http.ServeMux)
+	if !ok {
+		return ""
+	}
+	_, pattern := mux.Handler(&http.Request{Method: method, URL: &url.URL{Path: path}})
+	_, route, _ := strings.Cut(pattern, " ")
+	return route
+}
+
+// routeFromPattern names the route of a request that no huma operation
+// served (/metrics, the OpenAPI document) after the pattern the mux
+// matched.
+func routeFromPattern(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		if rec := recordOf(r.Context()); rec != nil && rec.route == "" && r.Pattern != "" {
+			_, path, _ := strings.Cut(r.Pattern, " ")
+			rec.route = path
+		}
+	})
+}
+
+// requestContext is the context of a request served natively: not tied
+// to the connection, since fasthttp does not watch for a client going
+// away and a publish under way finishes either way (its deadline comes
+// from requestScope), carrying the request's record.
+type requestContext struct {
+	context.Context
+	rec *requestRecord
+}
+
+func (c *requestContext) Value(key any) any {
+	if key == (recordKey{}) {
+		return c.rec
+	}
+	return c.Context.Value(key)
 }
 
 // fastContext is huma.Context on a fasthttp request.
@@ -102,15 +203,15 @@ type fastContext struct {
 	op     *huma.Operation
 	ctx    *fasthttp.RequestCtx
 	status int
+	rec    requestRecord
+	rctx   requestContext
 }
 
 var _ huma.Context = (*fastContext)(nil)
 
 func (c *fastContext) Operation() *huma.Operation { return c.op }
 
-// Context is not tied to the connection: fasthttp does not watch for a
-// client going away, and a publish under way finishes either way.
-func (c *fastContext) Context() context.Context { return context.Background() }
+func (c *fastContext) Context() context.Context { return &c.rctx }
 
 func (c *fastContext) TLS() *tls.ConnectionState { return c.ctx.TLSConnectionState() }
 
@@ -153,7 +254,11 @@ func (c *fastContext) BodyReader() io.Reader {
 	return bytes.NewReader(c.ctx.Request.Body())
 }
 
-func (c *fastContext) GetMultipartForm() (*multipart.Form, error) { return c.ctx.MultipartForm() }
+// GetMultipartForm refuses: no operation takes a multipart body, and
+// parsing one would spool its files to disk.
+func (c *fastContext) GetMultipartForm() (*multipart.Form, error) { return nil, errNoMultipart }
+
+var errNoMultipart = errors.New("multipart bodies are not accepted")
 
 // SetReadDeadline bounds the reading of a streamed body; a body read
 // before the handler ran is already in memory.

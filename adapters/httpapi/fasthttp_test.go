@@ -73,7 +73,7 @@ func (r request) send(t *testing.T, base string) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer k1")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
@@ -108,6 +108,11 @@ func (tr transports) compare(t *testing.T, r request) int {
 	fCode, fHeader, fBody := r.send(t, tr.fastURL)
 	if fCode >= 400 {
 		fBody, sBody = sortedErrors(fBody), sortedErrors(sBody)
+	}
+	if fCode == http.StatusRequestEntityTooLarge && sCode == fCode {
+		// fasthttp refuses a declared length over the limit before reading
+		// the body, so before huma checks anything else of the request.
+		fBody, sBody = "", ""
 	}
 	if fCode != sCode || fBody != sBody {
 		t.Fatalf("%s %s %q %v (chunked %v):\nfasthttp: %d %s\nnet/http: %d %s", r.method, r.path, r.body, r.header, r.chunked, fCode, fBody, sCode, sBody)
@@ -166,6 +171,9 @@ func TestFastHTTPServerServesTheRestThroughNetHTTP(t *testing.T) {
 		{method: http.MethodGet, path: "/v1/subscriptions"},
 		{method: http.MethodGet, path: "/v1/subscriptions", header: map[string]string{"Authorization": ""}},
 		{method: http.MethodPost, path: "/v1/subscriptions", body: []byte(`{"url":"ftp://x"}`), header: map[string]string{"Content-Type": "application/json"}},
+		// Refused by fasthttp before the body is read, as huma refuses it.
+		{method: http.MethodPost, path: "/v1/subscriptions", body: []byte(`{"url":"ftp://x"}`), header: map[string]string{"Content-Type": "application/json", "Authorization": ""}},
+		{method: http.MethodPost, path: "/v1/subscriptions", body: []byte(`{"url":"ftp://x"}`), chunked: true, header: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer wrong"}},
 		{method: http.MethodGet, path: "/v1/events/evt_missing"},
 		{method: http.MethodGet, path: "/v1/events?limit=0"},
 		{method: http.MethodGet, path: "/openapi.json"},

@@ -35,12 +35,15 @@ func publishAPI(slow bool) *http.ServeMux {
 	return mux
 }
 
+// testKey is the API key of the package's own tests.
+const testKey = "test-key-1-0123456789abcdefghijklmnop"
+
 // publishServer is publishAPI's mux with the huma API on it.
 func publishServer(slow bool) (*http.ServeMux, huma.API) {
 	store := memory.NewStore()
 	clock := fixedClock{time.Date(2026, 5, 4, 3, 2, 1, 123456000, time.UTC)}
 	mux := http.NewServeMux()
-	api := newAPI(mux, Config{Version: "test", APIKeys: []string{"k1"}, MaxEventBytes: 4096},
+	api := newAPI(mux, Config{Version: "test", APIKeys: []string{testKey}, MaxEventBytes: 4096},
 		UseCases{
 			Ingest:        &application.Ingest{Events: store, Queue: acceptingQueue{}, Clock: clock},
 			Subscriptions: &application.Subscriptions{Store: store, Clock: clock},
@@ -54,7 +57,7 @@ func publishServer(slow bool) (*http.ServeMux, huma.API) {
 // answers compare byte for byte.
 func answer(mux *http.ServeMux, body []byte, header map[string]string) (int, http.Header, string) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer k1")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // Connect opens a connection pool to dsn and checks that the database
 // answers. Pool settings given in the DSN (pool_max_conns,
 // pool_max_conn_lifetime, …) win; otherwise the pool holds
-// DefaultMaxConns connections. A pgx pool reuses prepared statements per
+// DefaultMaxConns connections. Every session has a statement_timeout
+// (DefaultStatementTimeout). A pgx pool reuses prepared statements per
 // connection, so sqlc's queries cost one round trip each after warm-up.
 func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgxpool.Pool, error) {
 	var o connectOptions
@@ -35,6 +37,11 @@ func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgxpool.P
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		// Shows up in pg_stat_activity, so operators see who holds a lock.
 		cfg.ConnConfig.RuntimeParams["application_name"] = "dispatch"
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		// A backstop under every caller's own deadline: no statement holds
+		// a connection, and the locks it took, for longer.
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(DefaultStatementTimeout.Milliseconds(), 10)
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !ok && o.asyncCommits {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -57,6 +64,11 @@ func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgxpool.P
 	}
 	return pool, nil
 }
+
+// DefaultStatementTimeout is every session's statement_timeout, unless the
+// DSN sets one (?statement_timeout=60s): as long as an API request's
+// default deadline. Migrations run without one (Migrate).
+const DefaultStatementTimeout = 30 * time.Second
 
 // ConnectOption tunes Connect.
 type ConnectOption func(*connectOptions)

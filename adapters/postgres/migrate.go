@@ -16,9 +16,19 @@ import (
 // behind pool and returns once the schema is current; an up-to-date
 // database is left untouched. A PostgreSQL session lock serialises
 // concurrent callers, so replicas that all migrate on start (`dispatch all`)
-// do not race each other.
+// do not race each other. The migrations run on sessions of their own,
+// without the pool's statement_timeout: rewriting a large table may take
+// longer.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
+	cfg := pool.Config()
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "0"
+	cfg.MinConns, cfg.MaxConns = 0, 4
+	own, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer own.Close()
+	db := stdlib.OpenDBFromPool(own)
 	defer db.Close()
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {

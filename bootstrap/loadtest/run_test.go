@@ -148,7 +148,7 @@ func TestFlagsOverrideTheWorkload(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--workload", "W9"},
-		{"--target", "http://10.0.0.5:8080", "--api-key", "k"},
+		{"--target", "http://10.0.0.5:8080", "--api-key", "load-key-0123456789abcdefghijklmnopq"},
 		{"--target", "http://127.0.0.1:8080"},
 		{"--receiver-failure-rate", "1.5"},
 		{"--events", "0"},
