@@ -11,7 +11,8 @@ import (
 type EventStatus string
 
 // Event statuses. An event is pending until every delivery is terminal, then
-// delivered, or failed if any delivery is dead.
+// delivered, or failed if any delivery is dead or it could not be fanned
+// out (Event.FailureReason).
 const (
 	EventPending   EventStatus = "pending"
 	EventDelivered EventStatus = "delivered"
@@ -35,7 +36,10 @@ type Event struct {
 	OrderingKey    string
 	IdempotencyKey string
 	Status         EventStatus
-	CreatedAt      time.Time
+	// FailureReason says why the event could not be fanned out, when it
+	// was settled failed for that; "" otherwise.
+	FailureReason string
+	CreatedAt     time.Time
 }
 
 // NewEventInput is what a producer supplies to publish an event.

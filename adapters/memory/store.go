@@ -38,6 +38,8 @@ type storedEvent struct {
 	event      domain.Event
 	fannedOut  bool
 	enqueuedAt time.Time
+	// fanOutFailures counts failed tries to fan the event out (FailFanOut).
+	fanOutFailures int
 }
 
 // storedDelivery is a delivery with its enqueued mark (zero when cleared)
@@ -284,10 +286,12 @@ func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]s
 	return s.createDeliveries(fanouts)
 }
 
-// createDeliveries is CreateDeliveries with s.mu held.
+// createDeliveries is CreateDeliveries with s.mu held. Each event's
+// fan-out is checked before any of it is stored, and a refused one fails
+// alone (*ports.RejectedFanOuts).
 func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
-	// Check everything first: the batch is all or nothing.
-	var todo []ports.FanOut
+	var created []string
+	rejected := map[string]string{}
 	pending := map[string]bool{}
 	for _, f := range fanouts {
 		e, ok := s.events[f.EventID]
@@ -295,21 +299,10 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			continue
 		}
 		pending[f.EventID] = true
-		pairs := map[string]bool{}
-		for _, d := range f.Deliveries {
-			if _, ok := s.deliveries[d.ID]; ok {
-				return nil, fmt.Errorf("create deliveries: %w: delivery %s exists", domain.ErrConflict, d.ID)
-			}
-			if pairs[d.SubscriptionID] {
-				return nil, fmt.Errorf("create deliveries: %w: event %s has two deliveries to subscription %s", domain.ErrConflict, f.EventID, d.SubscriptionID)
-			}
-			pairs[d.SubscriptionID] = true
+		if reason := s.refusedFanOut(f); reason != "" {
+			rejected[f.EventID] = reason
+			continue
 		}
-		todo = append(todo, f)
-	}
-	var created []string
-	for _, f := range todo {
-		e := s.events[f.EventID]
 		e.fannedOut = true
 		if len(f.Deliveries) == 0 {
 			e.event.Status = domain.EventDelivered
@@ -331,7 +324,47 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			created = append(created, d.ID)
 		}
 	}
+	if len(rejected) > 0 {
+		return created, &ports.RejectedFanOuts{Reasons: rejected}
+	}
 	return created, nil
+}
+
+// refusedFanOut says why f cannot be stored, or "" when it can: what
+// PostgreSQL's unique indexes refuse.
+func (s *Store) refusedFanOut(f ports.FanOut) string {
+	pairs := map[string]bool{}
+	for _, d := range f.Deliveries {
+		if _, ok := s.deliveries[d.ID]; ok {
+			return fmt.Sprintf("%v: delivery %s exists", domain.ErrConflict, d.ID)
+		}
+		if pairs[d.SubscriptionID] {
+			return fmt.Sprintf("%v: two deliveries to subscription %s", domain.ErrConflict, d.SubscriptionID)
+		}
+		pairs[d.SubscriptionID] = true
+	}
+	return ""
+}
+
+// FailFanOut implements ports.EventStore.
+func (s *Store) FailFanOut(_ context.Context, id, reason string, now time.Time, maxTries int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.events[id]
+	if !ok {
+		return false, fmt.Errorf("fail fan-out of event %s: %w", id, domain.ErrNotFound)
+	}
+	if e.fannedOut {
+		return false, nil
+	}
+	e.fanOutFailures++
+	if e.fanOutFailures < maxTries {
+		return false, nil
+	}
+	e.fannedOut = true
+	e.event.Status = domain.EventFailed
+	e.event.FailureReason = cmp.Or(reason, "fan-out failed")
+	return true, nil
 }
 
 // ClaimDelivery implements ports.DeliveryStore.
