@@ -120,12 +120,19 @@ type DeliveryStore interface {
 	// whose lease expired (its worker died).
 	//
 	// An ordered delivery (non-empty OrderingKey) is also held back while
-	// it is not first in line: while a delivery of the same subscription and
-	// key for an earlier event (smaller event id) is not terminal, or while
-	// any earlier event has not been fanned out yet (its deliveries may not
-	// exist yet). A held delivery is left as it was except that its enqueued
-	// mark is cleared, so the scheduler's scan enqueues it once it is first
-	// in line.
+	// it is not first in line, and only by deliveries of its own
+	// subscription and key (SPEC §3): while a delivery of the same
+	// subscription and key for an earlier event (smaller event id) is not
+	// terminal, or while an earlier event that could get one is not fanned
+	// out yet (its deliveries may not exist yet): one that matches the
+	// subscription's event types and resolves to the same key
+	// (domain.Subscription.MayPrecede). A store that cannot resolve a key
+	// exactly (a pointer into data) may take it to be the same: ordering
+	// is then delayed, never broken. Another subscription's events, an
+	// event of a type the subscription does not match and an event settled
+	// as failed (FailFanOut) hold nothing back. A held delivery is left as
+	// it was except that its enqueued mark is cleared, so the scheduler's
+	// scan enqueues it once it is first in line.
 	//
 	// A delivery reserved by its creator (domain.Delivery.ReservedUntil)
 	// cannot be claimed before its reservation ends: it is reserved to the

@@ -467,7 +467,8 @@ func (s *Store) storeState(stored *storedDelivery, state, d domain.Delivery) (ne
 
 // held reports whether d is an ordered delivery that is not first in line
 // (SPEC §3): a delivery of its subscription and key for an earlier event is
-// not terminal, or an earlier event has not been fanned out yet.
+// not terminal, or an earlier event that could join its line has not been
+// fanned out yet.
 func (s *Store) held(d domain.Delivery) bool {
 	if d.OrderingKey == "" {
 		return false
@@ -479,14 +480,19 @@ func (s *Store) held(d domain.Delivery) bool {
 			return true
 		}
 	}
-	return s.unfannedBefore(d.EventID)
+	return s.awaitsFanOut(d.SubscriptionID, d.OrderingKey, d.EventID)
 }
 
-// unfannedBefore reports whether an event with an id below eventID has not
-// been fanned out yet.
-func (s *Store) unfannedBefore(eventID string) bool {
+// awaitsFanOut reports whether an event with an id below eventID has not
+// been fanned out yet and could get a delivery of subscriptionID with
+// orderingKey once it is (domain.Subscription.MayPrecede).
+func (s *Store) awaitsFanOut(subscriptionID, orderingKey, eventID string) bool {
+	sub, ok := s.subscriptions[subscriptionID]
+	if !ok {
+		return false // gone, and its deliveries with it
+	}
 	for id, e := range s.events {
-		if id < eventID && !e.fannedOut {
+		if id < eventID && !e.fannedOut && sub.MayPrecede(e.event, orderingKey) {
 			return true
 		}
 	}
@@ -495,7 +501,7 @@ func (s *Store) unfannedBefore(eventID string) bool {
 
 // nextInLine returns the delivery of subscriptionID and orderingKey with
 // the smallest event id among those not terminal, if it is first in line:
-// no earlier event awaits fan-out.
+// no earlier event that could join its line awaits fan-out.
 func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 	var first *domain.Delivery
 	for _, other := range s.deliveries {
@@ -507,7 +513,7 @@ func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 			first = o
 		}
 	}
-	if first == nil || s.unfannedBefore(first.EventID) {
+	if first == nil || s.awaitsFanOut(subscriptionID, orderingKey, first.EventID) {
 		return nil
 	}
 	return []string{first.ID}

@@ -3,12 +3,14 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
@@ -52,4 +54,27 @@ func keysOf[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// first_in_line (migration 00014) matches an unfanned event's type and
+// resolves its key in SQL; both must agree with the domain's rules
+// (domain.MatchType, domain.OrderingKeyFor), which fan-out applies.
+func TestFirstInLineSharesTheDomainsRules(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	patterns := [][]string{{"*"}, {"order.*"}, {"order.created"}, {"order"}, {"orders.*", "invoice.paid"}, {"order.item.*"}}
+	types := []string{"order", "order.created", "orders.created", "order.item.added", "invoice.paid", "order.", "a"}
+	for _, p := range patterns {
+		for _, typ := range types {
+			var got bool
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT event_type_matches($1, $2)", p, typ).Scan(&got))
+			assert.Equal(t, domain.Subscription{EventTypes: p}.Matches(typ), got, "%v matching %q", p, typ)
+		}
+	}
+	for _, key := range []string{"", "k1", "é", strings.Repeat("k", 256), strings.Repeat("k", 257), strings.Repeat("é", 200)} {
+		var got string
+		require.NoError(t, pool.QueryRow(t.Context(), "SELECT ordering_key_text($1)", key).Scan(&got))
+		want := domain.OrderingKeyFor(domain.Subscription{OrderingKey: "/ordering_key"}, domain.Event{OrderingKey: key})
+		assert.Equal(t, want, got, "key of %d bytes", len(key))
+	}
 }
