@@ -3,6 +3,7 @@ package bootstrap_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -176,5 +177,40 @@ func TestUnfannableEventHoldsBackOnlyItsOwnLine(t *testing.T) {
 	}
 	if want := []string{"k:0", "k:2", "k:3", "k:4"}; fmt.Sprint(c1) != fmt.Sprint(want) || len(got) != 5 {
 		t.Errorf("ordered by data.k: got %v, want c1's %v in order and c2's k:1", got, want)
+	}
+}
+
+// TestParametersThatAreNotTextAreRefused: a filter or cursor holding a NUL
+// or invalid UTF-8 names nothing Dispatch stores; PostgreSQL refuses it as
+// a query parameter, which made it a 500. It is refused before any query,
+// naming the parameter. (The server hands path parameters over still
+// escaped: "evt_%00" is plain text, and not found.)
+func TestParametersThatAreNotTextAreRefused(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, nil)
+	base := c.api.ClientInterface.(*client.Client).Server
+	for _, tc := range []struct {
+		path     string
+		status   int
+		location string
+	}{
+		{"/v1/deliveries?event_id=evt_%00", http.StatusUnprocessableEntity, "query.event_id"},
+		{"/v1/deliveries?subscription_id=%FF", http.StatusUnprocessableEntity, "query.subscription_id"},
+		{"/v1/subscriptions?cursor=YzE6AA", http.StatusBadRequest, "query.cursor"}, // "c1:\x00"
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status || !strings.Contains(string(raw), `"location":"`+tc.location+`"`) {
+			t.Errorf("GET %s = %d %s, want %d at %s", tc.path, res.StatusCode, raw, tc.status, tc.location)
+		}
 	}
 }

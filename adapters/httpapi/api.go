@@ -77,6 +77,7 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 		h.maxEventBytes = DefaultMaxEventBytes
 	}
 	api.UseMiddleware(requireKey(api, cfg.APIKeys))
+	api.UseMiddleware(refuseNonText(api))
 	// Every /v1 operation needs the bearer key; set it once, here.
 	secured := huma.NewGroup(api)
 	secured.UseModifier(func(op *huma.Operation, next func(*huma.Operation)) {

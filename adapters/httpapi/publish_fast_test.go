@@ -195,7 +195,7 @@ func TestPublishRefusesStringsThatAreNotText(t *testing.T) {
 		{`{"type":"t.a","source":"a\u0000b","data":{}}`, nil, "body.source"},
 		{`{"type":"t.a","source":"s","ordering_key":"\u0000","data":{}}`, nil, "body.ordering_key"},
 		{`{"type":"t.a","source":"s","data":{}}`, map[string]string{"Idempotency-Key": "k\xff"}, "header.Idempotency-Key"},
-		{`{"type":"t.a","source":"s","data":{}}`, map[string]string{"X-Idempotency-Key": "k\x80"}, "header.Idempotency-Key"},
+		{`{"type":"t.a","source":"s","data":{}}`, map[string]string{"X-Idempotency-Key": "k\x80"}, "header.X-Idempotency-Key"},
 	}
 	for _, slow := range []bool{false, true} {
 		mux := publishAPI(slow)
