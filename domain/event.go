@@ -81,7 +81,7 @@ func NewEvent(in NewEventInput, now time.Time) (Event, error) {
 		return Event{}, &ValidationError{In: InHeader, Field: "Idempotency-Key",
 			Message: fmt.Sprintf("must be at most %d bytes, got %d", MaxIdempotencyKeyLen, len(in.IdempotencyKey))}
 	}
-	if p := textProblem(in.IdempotencyKey); p != "" {
+	if p := TextProblem(in.IdempotencyKey); p != "" {
 		return Event{}, &ValidationError{In: InHeader, Field: "Idempotency-Key", Message: p}
 	}
 	data := bytes.TrimSpace(in.Data)

@@ -16,8 +16,9 @@ import (
 // ordering key taken from an event's data is such a string); receivers'
 // JSON parsers may refuse what a lone surrogate escape decodes to.
 
-// textProblem says what makes s unfit as text, or "" when nothing does.
-func textProblem(s string) string {
+// TextProblem says what makes s, a string from outside, unfit as text
+// (invalid UTF-8, a NUL), or "" when nothing does.
+func TextProblem(s string) string {
 	if strings.IndexByte(s, 0) >= 0 {
 		return "must not contain NUL"
 	}
@@ -30,7 +31,7 @@ func textProblem(s string) string {
 // checkText returns a ValidationError on field when s is not valid UTF-8
 // or holds a NUL.
 func checkText(field, s string) error {
-	if p := textProblem(s); p != "" {
+	if p := TextProblem(s); p != "" {
 		return &ValidationError{Field: field, Message: p}
 	}
 	return nil

@@ -2,10 +2,10 @@ package httpapi
 
 import (
 	"net/http"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
 // refuseNonText answers 422, naming the parameter, to a request whose path,
@@ -33,7 +33,7 @@ func refuseNonText(api huma.API) func(huma.Context, func(huma.Context)) {
 			default:
 				continue
 			}
-			if problem := textProblem(v); problem != "" {
+			if problem := domain.TextProblem(v); problem != "" {
 				_ = huma.WriteErr(api, ctx, http.StatusUnprocessableEntity, "validation failed", &huma.ErrorDetail{
 					Location: p.In + "." + p.Name, Message: problem,
 				})
@@ -42,15 +42,4 @@ func refuseNonText(api huma.API) func(huma.Context, func(huma.Context)) {
 		}
 		next(ctx)
 	}
-}
-
-// textProblem says what makes s unfit as text, or "" when nothing does.
-func textProblem(s string) string {
-	switch {
-	case strings.IndexByte(s, 0) >= 0:
-		return "must not contain NUL"
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	}
-	return ""
 }
