@@ -42,6 +42,7 @@ func TestFanOutOfAnUnstorableKeyFailsAlone(t *testing.T) {
 	var rejected *ports.RejectedFanOuts
 	require.True(t, errors.As(err, &rejected), "err = %v, want a *ports.RejectedFanOuts", err)
 	assert.ElementsMatch(t, []string{fanouts[1].EventID, fanouts[3].EventID}, keysOf(rejected.Reasons))
+	assert.Contains(t, rejected.Reasons[fanouts[1].EventID], "its deliveries cannot be stored: invalid byte sequence", "the reason, as the event's failure_reason will read")
 	assert.ElementsMatch(t, []string{fanouts[0].Deliveries[0].ID, fanouts[2].Deliveries[0].ID}, created)
 	unfanned, err := f.store.UnfannedEvents(t.Context(), f.now.Add(time.Hour), time.Minute, 10)
 	require.NoError(t, err)

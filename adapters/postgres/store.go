@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
@@ -380,7 +381,7 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 		case err == nil:
 			created = append(created, one...)
 		case rowRejected(err):
-			rejected[f.EventID] = validText(interpretError(err).Error())
+			rejected[f.EventID] = rejectionReason(err)
 		default:
 			return created, err
 		}
@@ -389,6 +390,17 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 		return created, &ports.RejectedFanOuts{Reasons: rejected}
 	}
 	return created, nil
+}
+
+// rejectionReason says why PostgreSQL refused a fan-out, for the event's
+// failure_reason: its message and SQLSTATE, without the statement's
+// context.
+func rejectionReason(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return validText(fmt.Sprintf("its deliveries cannot be stored: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code))
+	}
+	return validText(err.Error())
 }
 
 // fanOut runs the FanOut statement for fanouts.
