@@ -2,7 +2,9 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -28,7 +30,19 @@ type FanOut struct {
 	// Held, when set, is told how long each batch that waited was held
 	// back.
 	Held func(time.Duration)
+	// MaxTries is how many tries to fan out an event the store refuses
+	// (ports.RejectedFanOuts) make before the event is settled as failed;
+	// 0 means DefaultFanOutTries.
+	MaxTries int
+	// Failed, when set, is told of each event settled as failed, and why.
+	Failed func(eventID, reason string)
 }
+
+// DefaultFanOutTries is how many tries an event the store refuses to fan
+// out gets: a refusal for what the event holds repeats, so a few tries only
+// guard against a cause that passed (a conflict with a concurrent write)
+// before the event is settled as failed rather than tried for ever.
+const DefaultFanOutTries = 3
 
 // DefaultFanOutMaxUnread is how many delivery-stream entries the workers may
 // have left to read before the fan-out stage waits for them: a quarter of a
@@ -45,6 +59,9 @@ const backlogPoll = 10 * time.Millisecond
 // Handle fans out a batch of events in one store transaction and appends the
 // new deliveries to the delivery stream. It is idempotent: an event already
 // fanned out yields nothing new, so a redelivered stream entry is harmless.
+// An event whose fan-out the store refuses fails alone: the rest of the
+// batch is stored, and the refused event is counted a failed try (settled
+// as failed after MaxTries) and left to the scheduler's outbox sweep.
 // When only the append fails, it returns an error wrapping
 // ErrEnqueueDeferred: the deliveries are committed and the scheduler's scan
 // enqueues them, so the stream entries may be acknowledged.
@@ -76,7 +93,16 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 		made = append(made, f.Deliveries...)
 	}
 	created, err := uc.Deliveries.CreateDeliveries(ctx, fanouts)
-	if err != nil {
+	var rejected *ports.RejectedFanOuts
+	switch {
+	case errors.As(err, &rejected):
+		// The others are stored; each refused one is counted, and settled
+		// once it has had its tries. One not settled yet stays unfanned,
+		// for the scheduler's outbox sweep to bring back.
+		if err := uc.countFailures(ctx, rejected, now); err != nil {
+			return err
+		}
+	case err != nil:
 		return fmt.Errorf("store deliveries: %w", err)
 	}
 	if len(created) == 0 {
@@ -84,6 +110,26 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	}
 	if err := uc.Queue.Publish(ctx, ports.DeliveryStream, freshEntries(stored(made, created))...); err != nil {
 		return fmt.Errorf("%w: append %d deliveries: %v", ErrEnqueueDeferred, len(created), err)
+	}
+	return nil
+}
+
+// countFailures records a failed try for each event whose fan-out the
+// store refused, in id order.
+func (uc *FanOut) countFailures(ctx context.Context, rejected *ports.RejectedFanOuts, now time.Time) error {
+	tries := uc.MaxTries
+	if tries <= 0 {
+		tries = DefaultFanOutTries
+	}
+	for _, id := range slices.Sorted(maps.Keys(rejected.Reasons)) {
+		reason := rejected.Reasons[id]
+		settled, err := uc.Events.FailFanOut(ctx, id, reason, now, tries)
+		if err != nil {
+			return fmt.Errorf("count failed fan-out of event %s (%s): %w", id, reason, err)
+		}
+		if settled && uc.Failed != nil {
+			uc.Failed(id, reason)
+		}
 	}
 	return nil
 }

@@ -159,10 +159,14 @@ var coreModule = fx.Module("core",
 			return &application.Ingest{Events: store, Queue: queue, Clock: clock, IdempotencyWindow: cfg.IdempotencyWindow, MaxInlineDeliveries: inline,
 				VisibilityTimeout: cfg.VisibilityTimeout}
 		},
-		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config, m *metrics.Metrics) *application.FanOut {
+		func(store ports.Store, queue ports.Queue, clock ports.Clock, cfg Config, m *metrics.Metrics, log *slog.Logger) *application.FanOut {
 			lag, _ := queue.(ports.StreamLag)
 			return &application.FanOut{Subscriptions: store, Events: store, Deliveries: store, Queue: queue, Clock: clock,
-				VisibilityTimeout: cfg.VisibilityTimeout, Lag: lag, MaxUnread: cfg.FanOutMaxUnread, Held: m.FanOutHeld}
+				VisibilityTimeout: cfg.VisibilityTimeout, Lag: lag, MaxUnread: cfg.FanOutMaxUnread, Held: m.FanOutHeld,
+				Failed: func(eventID, reason string) {
+					m.FanOutFailed()
+					log.Warn("event settled as failed: it could not be fanned out", "event_id", eventID, "reason", reason)
+				}}
 		},
 		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{

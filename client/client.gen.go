@@ -264,6 +264,9 @@ type Event struct {
 	Data       json.RawMessage    `json:"data"`
 	Deliveries *[]DeliverySummary `json:"deliveries"`
 
+	// FailureReason Why the event could not be fanned out, when it was settled failed for that; null otherwise.
+	FailureReason *string `json:"failure_reason"`
+
 	// Id Example: evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W
 	Id          string  `json:"id"`
 	OrderingKey *string `json:"ordering_key"`
@@ -271,14 +274,14 @@ type Event struct {
 	// Source Example: billing
 	Source string `json:"source"`
 
-	// Status pending until every delivery is terminal, then delivered, or failed if any is dead.
+	// Status pending until every delivery is terminal, then delivered, or failed if any is dead or the event could not be fanned out.
 	Status EventStatus `json:"status"`
 
 	// Type Example: order.created
 	Type string `json:"type"`
 }
 
-// EventStatus pending until every delivery is terminal, then delivered, or failed if any is dead.
+// EventStatus pending until every delivery is terminal, then delivered, or failed if any is dead or the event could not be fanned out.
 type EventStatus string
 
 // HealthOutputBody defines model for HealthOutputBody.

@@ -17,9 +17,15 @@ var ErrConflict = errors.New("conflict")
 // the field (with a dotted path for nested fields), Message says what was
 // wrong with which value.
 type ValidationError struct {
+	// In is where the field is in a request: "" for the body, InHeader
+	// for a header (Field is then the header's name).
+	In      string
 	Field   string
 	Message string
 }
+
+// InHeader is ValidationError.In for a request header.
+const InHeader = "header"
 
 // Error renders the field and what was wrong with it.
 func (e *ValidationError) Error() string {

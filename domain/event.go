@@ -3,6 +3,7 @@ package domain
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -10,7 +11,8 @@ import (
 type EventStatus string
 
 // Event statuses. An event is pending until every delivery is terminal, then
-// delivered, or failed if any delivery is dead.
+// delivered, or failed if any delivery is dead or it could not be fanned
+// out (Event.FailureReason).
 const (
 	EventPending   EventStatus = "pending"
 	EventDelivered EventStatus = "delivered"
@@ -34,7 +36,10 @@ type Event struct {
 	OrderingKey    string
 	IdempotencyKey string
 	Status         EventStatus
-	CreatedAt      time.Time
+	// FailureReason says why the event could not be fanned out, when it
+	// was settled failed for that; "" otherwise.
+	FailureReason string
+	CreatedAt     time.Time
 }
 
 // NewEventInput is what a producer supplies to publish an event.
@@ -52,19 +57,32 @@ type NewEventInput struct {
 	DataChecked bool
 }
 
-// NewEvent validates in and returns a pending event with a fresh id.
+// NewEvent validates in and returns a pending event with a fresh id. Every
+// string of in, and every string inside Data, must be valid UTF-8 without
+// NUL (see checkText): what it accepts can be stored, fanned out and
+// delivered.
 func NewEvent(in NewEventInput, now time.Time) (Event, error) {
 	if err := ValidateEventType(in.Type); err != nil {
 		return Event{}, &ValidationError{Field: "type", Message: err.Error()}
 	}
+	if err := checkText("source", in.Source); err != nil {
+		return Event{}, err
+	}
 	if len(in.Source) > MaxSourceLength {
 		return Event{}, invalid("source", "must be at most %d bytes, got %d", MaxSourceLength, len(in.Source))
+	}
+	if err := checkText("ordering_key", in.OrderingKey); err != nil {
+		return Event{}, err
 	}
 	if len(in.OrderingKey) > MaxOrderingKeyLength {
 		return Event{}, invalid("ordering_key", "must be at most %d bytes, got %d", MaxOrderingKeyLength, len(in.OrderingKey))
 	}
 	if len(in.IdempotencyKey) > MaxIdempotencyKeyLen {
-		return Event{}, invalid("Idempotency-Key", "must be at most %d bytes, got %d", MaxIdempotencyKeyLen, len(in.IdempotencyKey))
+		return Event{}, &ValidationError{In: InHeader, Field: "Idempotency-Key",
+			Message: fmt.Sprintf("must be at most %d bytes, got %d", MaxIdempotencyKeyLen, len(in.IdempotencyKey))}
+	}
+	if p := TextProblem(in.IdempotencyKey); p != "" {
+		return Event{}, &ValidationError{In: InHeader, Field: "Idempotency-Key", Message: p}
 	}
 	data := bytes.TrimSpace(in.Data)
 	if len(data) == 0 || data[0] != '{' {
@@ -78,6 +96,11 @@ func NewEvent(in NewEventInput, now time.Time) (Event, error) {
 			return Event{}, invalid("data", "must be a JSON object: %v", err)
 		}
 		data = compact.Bytes()
+	}
+	// Stored as bytes, but its strings become ordering keys and reach
+	// receivers' parsers: they must be text too.
+	if err := checkJSONText("data", data); err != nil {
+		return Event{}, err
 	}
 	now = now.UTC().Truncate(time.Microsecond)
 	return Event{

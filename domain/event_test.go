@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestNewEventValidates(t *testing.T) {
@@ -30,6 +31,27 @@ func TestNewEventValidates(t *testing.T) {
 		{"long source", NewEventInput{Type: "a", Source: strings.Repeat("s", MaxSourceLength+1), Data: json.RawMessage(`{}`)}, "source"},
 		{"long ordering key", NewEventInput{Type: "a", OrderingKey: strings.Repeat("k", MaxOrderingKeyLength+1), Data: json.RawMessage(`{}`)}, "ordering_key"},
 		{"long idempotency key", NewEventInput{Type: "a", IdempotencyKey: strings.Repeat("k", MaxIdempotencyKeyLen+1), Data: json.RawMessage(`{}`)}, "Idempotency-Key"},
+		{"NUL in type", NewEventInput{Type: "a\x00b", Data: json.RawMessage(`{}`)}, "type"},
+		{"NUL in source", NewEventInput{Type: "a", Source: "a\x00b", Data: json.RawMessage(`{}`)}, "source"},
+		{"invalid UTF-8 in source", NewEventInput{Type: "a", Source: "a\xffb", Data: json.RawMessage(`{}`)}, "source"},
+		{"NUL in ordering key", NewEventInput{Type: "a", OrderingKey: "\x00", Data: json.RawMessage(`{}`)}, "ordering_key"},
+		{"invalid UTF-8 in ordering key", NewEventInput{Type: "a", OrderingKey: "\xc3", Data: json.RawMessage(`{}`)}, "ordering_key"},
+		{"NUL in idempotency key", NewEventInput{Type: "a", IdempotencyKey: "k\x00", Data: json.RawMessage(`{}`)}, "Idempotency-Key"},
+		{"invalid UTF-8 in idempotency key", NewEventInput{Type: "a", IdempotencyKey: "k\x80", Data: json.RawMessage(`{}`)}, "Idempotency-Key"},
+		{"escaped NUL in data", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"a\u0000b"}`)}, "data.k"},
+		{"escaped NUL in checked data", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"a\u0000b"}`), DataChecked: true}, "data.k"},
+		{"escaped NUL deep in data", NewEventInput{Type: "a", Data: json.RawMessage(`{"a":[1,"x",{"b":{"c":"\u0000"}}]}`)}, "data.a[2].b.c"},
+		{"escaped NUL after an escaped backslash", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\\\u0000"}`)}, "data.k"},
+		{"escaped NUL in a member name", NewEventInput{Type: "a", Data: json.RawMessage(`{"ok":1,"a\u0000":1}`)}, `data["a\x00"]`},
+		{"escaped NUL in a nested member name", NewEventInput{Type: "a", Data: json.RawMessage(`{"o":{"\u0000":1}}`)}, `data.o["\x00"]`},
+		{"raw invalid UTF-8 in data", NewEventInput{Type: "a", Data: json.RawMessage("{\"k\":\"a\xffb\"}")}, "data.k"},
+		{"raw invalid UTF-8 in a member name", NewEventInput{Type: "a", Data: json.RawMessage("{\"k\xff\":1}")}, "data[\"k\uFFFD\"]"},
+		{"lone high surrogate in data", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\ud800"}`)}, "data.k"},
+		{"high surrogate before another escape", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\ud800\u0041"}`)}, "data.k"},
+		{"lone low surrogate in data", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":["\udc00x"]}`)}, "data.k[0]"},
+		{"surrogate pair", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\ud83d\ude00"}`)}, ""},
+		{"escaped backslash then u0000", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\\u0000"}`)}, ""},
+		{"escaped non-ASCII", NewEventInput{Type: "a", Data: json.RawMessage(`{"k":"\u00e9\u003c","\u00e9":"é"}`)}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +72,34 @@ func TestNewEventValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzAcceptedDataHasOnlyTextStrings: whatever NewEvent accepts is valid
+// UTF-8 whose strings decode without NUL and hold no lone surrogate
+// escape, so any ordering key taken from it can be stored.
+func FuzzAcceptedDataHasOnlyTextStrings(f *testing.F) {
+	for _, seed := range []string{`{"k":"a\u0000b"}`, `{"\ud800":1}`, "{\"k\":\"\xff\"}", `{"k":"\\u0000"}`, `{"a":["\ud83d\ude00"]}`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		ev, err := NewEvent(NewEventInput{Type: "a", Data: json.RawMessage(data)}, time.Unix(0, 0))
+		if err != nil {
+			return
+		}
+		if !utf8.Valid(ev.Data) {
+			t.Fatalf("accepted data %q is not UTF-8", data)
+		}
+		dec := json.NewDecoder(bytes.NewReader(ev.Data))
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			if s, ok := tok.(string); ok && (strings.ContainsRune(s, 0) || strings.ContainsRune(s, utf8.RuneError) && !strings.Contains(data, "\ufffd") && !strings.Contains(data, "\uFFFD") && !strings.Contains(data, "\uFFFd") && !strings.ContainsRune(data, utf8.RuneError)) {
+				t.Fatalf("accepted data %q holds the string %q", data, s)
+			}
+		}
+	})
 }
 
 func TestWebhookPayloadIsTheSpecEnvelope(t *testing.T) {

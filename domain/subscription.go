@@ -131,6 +131,9 @@ var orderingRoots = map[string]bool{"data": true, "ordering_key": true, "type": 
 // Validate checks every field of s. It is called after every change, so a
 // subscription in a store is always valid.
 func (s Subscription) Validate() error {
+	if err := s.validateText(); err != nil {
+		return err
+	}
 	if err := ValidateEndpointURL(s.URL); err != nil {
 		return &ValidationError{Field: "url", Message: err.Error()}
 	}
@@ -187,6 +190,24 @@ func (s Subscription) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateText checks that the free-form strings of s are text (see
+// checkText): valid UTF-8 without NUL. Header names and values have rules
+// of their own (Validate).
+func (s Subscription) validateText() error {
+	if err := checkText("url", s.URL); err != nil {
+		return err
+	}
+	for i, p := range s.EventTypes {
+		if err := checkText(fmt.Sprintf("event_types[%d]", i), p); err != nil {
+			return err
+		}
+	}
+	if err := checkText("description", s.Description); err != nil {
+		return err
+	}
+	return checkText("ordering_key", s.OrderingKey)
 }
 
 // ValidateEndpointURL checks that raw is an absolute http(s) URL with a host.

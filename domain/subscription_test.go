@@ -50,6 +50,13 @@ func TestNewSubscriptionValidates(t *testing.T) {
 		{"bad header name", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X Bad": "x"} }, "headers"},
 		{"header injection", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X-A": "a\r\nX-B: b"} }, "headers"},
 		{"too many headers", func(in *NewSubscriptionInput) { in.Headers = manyHeaders }, "headers"},
+		{"NUL in description", func(in *NewSubscriptionInput) { in.Description = "a\x00b" }, "description"},
+		{"invalid UTF-8 in description", func(in *NewSubscriptionInput) { in.Description = "a\xffb" }, "description"},
+		{"NUL in ordering key", func(in *NewSubscriptionInput) { in.OrderingKey = "/data/a\x00" }, "ordering_key"},
+		{"invalid UTF-8 in url", func(in *NewSubscriptionInput) { in.URL = "https://example.com/\xff" }, "url"},
+		{"NUL in url", func(in *NewSubscriptionInput) { in.URL = "https://example.com/\x00" }, "url"},
+		{"NUL in an event type", func(in *NewSubscriptionInput) { in.EventTypes = []string{"a", "b\x00"} }, "event_types[1]"},
+		{"NUL in secret", func(in *NewSubscriptionInput) { in.Secret = "whsec_\x00" }, "secret"},
 		{"bad retry policy", func(in *NewSubscriptionInput) { in.RetryPolicy = &RetryPolicy{MaxAttempts: 1000} }, "retry_policy.max_attempts"},
 	}
 	for _, tt := range tests {

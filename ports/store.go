@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -75,6 +76,16 @@ type EventStore interface {
 	// sweeps never return the same event and a slow fan-out is not flooded
 	// with copies.
 	UnfannedEvents(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
+	// FailFanOut records a failed try to fan out event id, which is not
+	// fanned out: it counts the try, and when that makes maxTries tries,
+	// it settles the event as failed with reason (domain.Event's
+	// FailureReason, status failed): fanned out at now with no deliveries,
+	// so it is never picked by UnfannedEvents again nor holds an ordered
+	// delivery back. It returns whether it settled the event. An event
+	// already fanned out is left as it is (settled false). The count is
+	// durable: tries made by any process add up. Returns
+	// domain.ErrNotFound when the event does not exist.
+	FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (settled bool, err error)
 }
 
 // DeliveryStore keeps deliveries and their attempts. All methods are safe
@@ -91,6 +102,13 @@ type DeliveryStore interface {
 	// not created twice), and the ids of deliveries actually created are
 	// returned. Created deliveries count as enqueued at their CreatedAt (the
 	// caller appends them to the queue right after).
+	//
+	// A fan-out the store refuses for what it holds (a delivery id that
+	// exists, a value a column cannot store) fails alone: the others are
+	// recorded, their created ids are returned, and so is a
+	// *RejectedFanOuts error naming each refused event with the reason; a
+	// refused event is left as it was (not fanned out). Any other error
+	// says nothing of what was recorded, as for a lost reply.
 	CreateDeliveries(ctx context.Context, fanouts []FanOut) (created []string, err error)
 	// ClaimDelivery moves delivery id to delivering with a lease until now
 	// plus its subscription's timeout plus leaseMargin (stored as its
@@ -102,12 +120,19 @@ type DeliveryStore interface {
 	// whose lease expired (its worker died).
 	//
 	// An ordered delivery (non-empty OrderingKey) is also held back while
-	// it is not first in line: while a delivery of the same subscription and
-	// key for an earlier event (smaller event id) is not terminal, or while
-	// any earlier event has not been fanned out yet (its deliveries may not
-	// exist yet). A held delivery is left as it was except that its enqueued
-	// mark is cleared, so the scheduler's scan enqueues it once it is first
-	// in line.
+	// it is not first in line, and only by deliveries of its own
+	// subscription and key (SPEC §3): while a delivery of the same
+	// subscription and key for an earlier event (smaller event id) is not
+	// terminal, or while an earlier event that could get one is not fanned
+	// out yet (its deliveries may not exist yet): one that matches the
+	// subscription's event types and resolves to the same key
+	// (domain.Subscription.MayPrecede). A store that cannot resolve a key
+	// exactly (a pointer into data) may take it to be the same: ordering
+	// is then delayed, never broken. Another subscription's events, an
+	// event of a type the subscription does not match and an event settled
+	// as failed (FailFanOut) hold nothing back. A held delivery is left as
+	// it was except that its enqueued mark is cleared, so the scheduler's
+	// scan enqueues it once it is first in line.
 	//
 	// A delivery reserved by its creator (domain.Delivery.ReservedUntil)
 	// cannot be claimed before its reservation ends: it is reserved to the
@@ -211,6 +236,24 @@ type DeliveryFilter struct {
 // the fan-out stage (it matches too many subscriptions to be fanned out
 // while the producer waits).
 type InlineFanOut func(e domain.Event, active []domain.Subscription) (deliveries []domain.Delivery, ok bool)
+
+// RejectedFanOuts is CreateDeliveries' error when the store refused the
+// fan-out of some events for what they hold, and recorded the others.
+type RejectedFanOuts struct {
+	// Reasons says, by event id, why each refused fan-out was refused.
+	Reasons map[string]string
+}
+
+// Error lists how many fan-outs were refused, and one reason.
+func (e *RejectedFanOuts) Error() string {
+	for id, reason := range e.Reasons {
+		if len(e.Reasons) == 1 {
+			return fmt.Sprintf("fan-out of event %s refused: %s", id, reason)
+		}
+		return fmt.Sprintf("fan-out of %d events refused, of event %s: %s", len(e.Reasons), id, reason)
+	}
+	return "no fan-out refused"
+}
 
 // FanOut is one event with the deliveries fan-out made for it.
 type FanOut struct {

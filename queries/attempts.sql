@@ -2,10 +2,9 @@
 -- Store.ClaimDelivery's second statement, run only when the claim took
 -- nothing. found tells a delivery that does not exist from one that cannot be
 -- claimed; held says the only obstacle was ordering: the delivery is due
--- and not terminal but not first in line (ClaimDeliveries' predicate,
--- negated). A held delivery's enqueued mark is cleared: DueDeliveries
--- leaves it out while it is held, and its first scan after that enqueues
--- it.
+-- and not terminal but not first in line (first_in_line, migration
+-- 00014). A held delivery's enqueued mark is cleared: DueDeliveries leaves
+-- it out while it is held, and its first scan after that enqueues it.
 WITH held AS (
     UPDATE deliveries SET enqueued_at = NULL
     WHERE deliveries.id = @id
@@ -13,21 +12,7 @@ WITH held AS (
       AND deliveries.next_attempt_at <= @now
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= @now)
       AND deliveries.ordering_key <> ''
-      AND (
-          EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = deliveries.subscription_id
-                AND earlier.ordering_key = deliveries.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < deliveries.event_id
-          )
-          OR EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < deliveries.event_id
-          )
-      )
+      AND NOT first_in_line(deliveries.subscription_id, deliveries.ordering_key, deliveries.event_id)
     RETURNING deliveries.id
 )
 SELECT
@@ -39,8 +24,9 @@ SELECT
 -- stored it: the next delivery of its subscription and key, the one with
 -- the smallest event id among those not terminal (the first entry of
 -- deliveries_ordering_idx for the pair, so nothing not terminal precedes
--- it), provided it is first in line now, that is, no earlier event awaits
--- fan-out (see ClaimDeliveries). At most one row.
+-- it), provided it is first in line now (first_in_line, migration 00014:
+-- no earlier event that could join its line awaits fan-out). At most one
+-- row.
 SELECT nxt.id FROM (
     SELECT d.id, d.event_id FROM deliveries d
     WHERE d.subscription_id = @subscription_id
@@ -50,11 +36,7 @@ SELECT nxt.id FROM (
     ORDER BY d.event_id
     LIMIT 1
 ) nxt
-WHERE NOT EXISTS (
-    SELECT 1 FROM events unfanned
-    WHERE unfanned.fanned_out_at IS NULL
-      AND unfanned.id < nxt.event_id
-);
+WHERE first_in_line(@subscription_id, @ordering_key, nxt.event_id);
 
 -- name: ClaimDeliveries :many
 -- The worker's hot path: takes a due delivery (pending or retrying and due,
@@ -71,21 +53,20 @@ WHERE NOT EXISTS (
 -- the queue) the holder claims it as anyone claims an unreserved one. A
 -- batch that only takes writes nothing, so it costs a read, not a commit.
 --
--- An ordered delivery must also be first in line (SPEC §3): no delivery of
--- its subscription and key for an earlier event is pending, retrying or
--- delivering (one probe of deliveries_ordering_idx), and no earlier event
--- awaits fan-out, since its deliveries may not exist yet (a scan of
--- events_unfanned_idx, which is tiny in steady state). The OR tests the key
--- first, so an unordered delivery never runs the subqueries: its plan and
--- cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
--- the predicate, NextInLine its second half; keep them alike. An ordered
--- delivery is never taken, only claimed: taken does not check its line.
+-- An ordered delivery must also be first in line (SPEC §3; first_in_line,
+-- migration 00014, which HoldDelivery, DueDeliveries and NextInLine ask
+-- too): no delivery of its subscription and key for an earlier event is
+-- pending, retrying or delivering, and no earlier event that could join
+-- its line awaits fan-out. The OR tests the key first, so an unordered
+-- delivery never calls it: its plan and cost are those of the plain claim.
+-- An ordered delivery is never taken, only claimed: taken does not check
+-- its line.
 --
--- Under READ COMMITTED the subqueries read the statement's snapshot, which
--- errs only towards holding: an earlier delivery can only have become
--- terminal since, and fan-out marks an event and inserts its deliveries in
--- one statement, so an earlier event is seen either unfanned or with its
--- deliveries.
+-- Under READ COMMITTED first_in_line (STABLE) reads the statement's
+-- snapshot, which errs only towards holding: an earlier delivery can only
+-- have become terminal since, and fan-out marks an event and inserts its
+-- deliveries in one statement, so an earlier event is seen either
+-- unfanned or with its deliveries.
 --
 -- The group commit of concurrent claims (see Store.ClaimDelivery): row i
 -- of the zipped arrays claims delivery @ids[i] at @nows[i] with lease
@@ -157,21 +138,7 @@ WITH wanted AS (
       AND deliveries.next_attempt_at <= wanted.claimed_at
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
       AND (deliveries.reserved_until IS NULL OR deliveries.reserved_until <= wanted.claimed_at OR wanted.fresh)
-      AND (deliveries.ordering_key = '' OR (
-          NOT EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = deliveries.subscription_id
-                AND earlier.ordering_key = deliveries.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < deliveries.event_id
-          )
-          AND NOT EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < deliveries.event_id
-          )
-      ))
+      AND (deliveries.ordering_key = '' OR first_in_line(deliveries.subscription_id, deliveries.ordering_key, deliveries.event_id))
     RETURNING deliveries.*
 ), got AS (
     SELECT * FROM taken

@@ -156,9 +156,9 @@ ORDER BY a.delivery_id, a.attempt;
 -- name: DueDeliveries :many
 -- The scheduler's scan: due, non-terminal deliveries neither leased nor
 -- reserved (migration 00010) and not enqueued since @enqueued_before,
--- leaving out ordered ones that are not first in line
--- (ClaimDeliveries' predicate; unordered rows skip its subqueries), which a
--- worker would only hold again. SKIP LOCKED lets scans run in parallel, and
+-- leaving out ordered ones that are not first in line (first_in_line,
+-- migration 00014; unordered rows skip it), which a worker would only hold
+-- again. SKIP LOCKED lets scans run in parallel, and
 -- a row another scan marked meanwhile fails the re-checked condition, so no
 -- delivery is returned twice.
 --
@@ -167,9 +167,9 @@ ORDER BY a.delivery_id, a.attempt;
 -- mark) in due order, lost walks deliveries_enqueued_idx from the oldest
 -- mark up to @enqueued_before, and the first @max_rows of both by due time
 -- are marked. A row the other scan's share left out stays locked until
--- the commit and unmarked, so the next scan finds it. The predicate is
--- repeated in both: each must filter before its LIMIT, or rows held
--- behind an earlier one could fill it.
+-- the commit and unmarked, so the next scan finds it. Both ask
+-- first_in_line: each must filter before its LIMIT, or rows held behind an
+-- earlier one could fill it.
 WITH never_enqueued AS (
     SELECT d.id, d.next_attempt_at FROM deliveries d
     WHERE d.enqueued_at IS NULL
@@ -177,21 +177,7 @@ WITH never_enqueued AS (
       AND d.next_attempt_at <= @now
       AND (d.lease_until IS NULL OR d.lease_until <= @now)
       AND (d.reserved_until IS NULL OR d.reserved_until <= @now)
-      AND (d.ordering_key = '' OR (
-          NOT EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = d.subscription_id
-                AND earlier.ordering_key = d.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < d.event_id
-          )
-          AND NOT EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < d.event_id
-          )
-      ))
+      AND (d.ordering_key = '' OR first_in_line(d.subscription_id, d.ordering_key, d.event_id))
     ORDER BY d.next_attempt_at, d.id
     LIMIT @max_rows::integer
     FOR UPDATE SKIP LOCKED
@@ -203,21 +189,7 @@ WITH never_enqueued AS (
       AND d.next_attempt_at <= @now
       AND (d.lease_until IS NULL OR d.lease_until <= @now)
       AND (d.reserved_until IS NULL OR d.reserved_until <= @now)
-      AND (d.ordering_key = '' OR (
-          NOT EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = d.subscription_id
-                AND earlier.ordering_key = d.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < d.event_id
-          )
-          AND NOT EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < d.event_id
-          )
-      ))
+      AND (d.ordering_key = '' OR first_in_line(d.subscription_id, d.ordering_key, d.event_id))
     ORDER BY d.enqueued_at, d.id
     LIMIT @max_rows::integer
     FOR UPDATE SKIP LOCKED

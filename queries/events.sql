@@ -170,3 +170,22 @@ SELECT
 -- committed before the batch began moves it.
 SELECT sqlc.embed(events), (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
 FROM events WHERE id = ANY(@ids::text[]);
+
+-- name: FailFanOut :one
+-- Counts a failed try to fan out an event not fanned out yet, and when it
+-- makes @max_tries tries, settles the event: failed with @reason, fanned
+-- out at @now with no deliveries (migration 00013). found tells an event
+-- that does not exist; settled, whether this try settled it.
+WITH counted AS (
+    UPDATE events SET
+        fanout_failures = events.fanout_failures + 1,
+        failure_reason = CASE WHEN events.fanout_failures + 1 >= @max_tries::integer
+            THEN @reason::text ELSE events.failure_reason END,
+        fanned_out_at = CASE WHEN events.fanout_failures + 1 >= @max_tries::integer
+            THEN @now::timestamptz END
+    WHERE events.id = @id AND events.fanned_out_at IS NULL
+    RETURNING events.fanned_out_at IS NOT NULL AS settled
+)
+SELECT
+    EXISTS (SELECT 1 FROM events WHERE events.id = @id) AS found,
+    COALESCE((SELECT counted.settled FROM counted), false)::boolean AS settled;

@@ -87,6 +87,7 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	keys := newKeyring(cfg.APIKeys)
 	adapter.bounds = &bounds{keys: keys, maxBody: maxBody, maxEvent: h.maxEventBytes}
 	api.UseMiddleware(requestScope(cmp.Or(max(cfg.RequestTimeout, 0), DefaultRequestTimeout)), requireKey(api, keys))
+	api.UseMiddleware(refuseNonText(api))
 	// Every /v1 operation needs the bearer key and, publish aside, has the
 	// same body limit; set them once, here.
 	secured := huma.NewGroup(api)

@@ -145,6 +145,23 @@ func TestBadRequestsGetAPreciseErrorAndChangeNothing(t *testing.T) {
 		{"recover unknown subscription", "POST", "/v1/subscriptions/sub_nope/recover", `{"since":"2026-01-01T00:00:00Z"}`, nil, 404},
 		{"recover without since", "POST", "/v1/subscriptions/sub_nope/recover", `{}`, nil, 422},
 		{"long idempotency key", "POST", "/v1/events", `{"type":"a","source":"s","data":{}}`, []string{"Idempotency-Key", strings.Repeat("k", 300)}, 422},
+		{"NUL in data", "POST", "/v1/events", `{"type":"a","source":"s","data":{"k":"a\u0000b"}}`, nil, 422},
+		{"NUL in a data member name", "POST", "/v1/events", `{"type":"a","source":"s","data":{"a\u0000":1}}`, nil, 422},
+		{"lone surrogate in data", "POST", "/v1/events", `{"type":"a","source":"s","data":{"k":["\udfff"]}}`, nil, 422},
+		{"invalid UTF-8 in data", "POST", "/v1/events", "{\"type\":\"a\",\"source\":\"s\",\"data\":{\"k\":\"\xff\"}}", nil, 422},
+		{"NUL in source", "POST", "/v1/events", `{"type":"a","source":"a\u0000b","data":{}}`, nil, 422},
+		{"NUL in ordering key", "POST", "/v1/events", `{"type":"a","source":"s","ordering_key":"\u0000","data":{}}`, nil, 422},
+		{"NUL in type", "POST", "/v1/events", `{"type":"a\u0000","source":"s","data":{}}`, nil, 422},
+		{"invalid UTF-8 in idempotency key", "POST", "/v1/events", `{"type":"a","source":"s","data":{}}`, []string{"Idempotency-Key", "k\xff"}, 422},
+		{"NUL in a path id", "GET", "/v1/events/evt_%00", "", nil, 422},
+		{"invalid UTF-8 in a path id", "GET", "/v1/subscriptions/sub_%FF", "", nil, 422},
+		{"NUL in a query filter", "GET", "/v1/deliveries?subscription_id=sub_%00", "", nil, 422},
+		{"NUL in a cursor", "GET", "/v1/subscriptions?cursor=YzE6AA", "", nil, 400},
+		{"NUL in description", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"description":"a\u0000b"}`, nil, 422},
+		{"NUL in subscription ordering key", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"ordering_key":"/data/\u0000"}`, nil, 422},
+		{"NUL in url", "POST", "/v1/subscriptions", `{"url":"https://e.com/\u0000","event_types":["a"]}`, nil, 422},
+		{"NUL in event type pattern", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a\u0000"]}`, nil, 422},
+		{"NUL in secret", "POST", "/v1/subscriptions", `{"url":"https://e.com","event_types":["a"],"secret":"whsec_\u0000"}`, nil, 422},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,7 +18,7 @@ func problem(ctx context.Context, log *slog.Logger, err error) error {
 	switch {
 	case errors.As(err, &invalid):
 		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{
-			Location: "body." + invalid.Field,
+			Location: cmp.Or(invalid.In, "body") + "." + invalid.Field,
 			Message:  invalid.Message,
 		})
 	case errors.Is(err, domain.ErrNotFound):

@@ -12,14 +12,15 @@ import (
 
 // Event is an event as the API shows it, with each delivery's state.
 type Event struct {
-	ID          string            `json:"id" example:"evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W"`
-	Type        string            `json:"type" example:"order.created"`
-	Source      string            `json:"source" example:"billing"`
-	Data        EventData         `json:"data"`
-	OrderingKey *string           `json:"ordering_key"`
-	Status      string            `json:"status" enum:"pending,delivered,failed" doc:"pending until every delivery is terminal, then delivered, or failed if any is dead."`
-	CreatedAt   time.Time         `json:"created_at"`
-	Deliveries  []DeliverySummary `json:"deliveries"`
+	ID            string            `json:"id" example:"evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W"`
+	Type          string            `json:"type" example:"order.created"`
+	Source        string            `json:"source" example:"billing"`
+	Data          EventData         `json:"data"`
+	OrderingKey   *string           `json:"ordering_key"`
+	Status        string            `json:"status" enum:"pending,delivered,failed" doc:"pending until every delivery is terminal, then delivered, or failed if any is dead or the event could not be fanned out."`
+	FailureReason *string           `json:"failure_reason" doc:"Why the event could not be fanned out, when it was settled failed for that; null otherwise."`
+	CreatedAt     time.Time         `json:"created_at"`
+	Deliveries    []DeliverySummary `json:"deliveries"`
 }
 
 // DeliverySummary is one delivery's state within an event.
@@ -41,6 +42,9 @@ func eventJSON(e domain.Event, ds []domain.Delivery) Event {
 	}
 	if e.OrderingKey != "" {
 		out.OrderingKey = &e.OrderingKey
+	}
+	if e.FailureReason != "" {
+		out.FailureReason = &e.FailureReason
 	}
 	for i, d := range ds {
 		out.Deliveries[i] = deliverySummaryJSON(d)

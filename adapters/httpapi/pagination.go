@@ -7,6 +7,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -23,7 +24,7 @@ func decodeCursor(cursor string) (string, error) {
 		return "", nil
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) || len(raw) == len(cursorPrefix) {
+	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) || len(raw) == len(cursorPrefix) || domain.TextProblem(string(raw)) != "" {
 		return "", huma.Error400BadRequest("invalid cursor", &huma.ErrorDetail{
 			Location: "query.cursor", Message: "is not a cursor returned by this API", Value: cursor,
 		})

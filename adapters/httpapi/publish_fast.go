@@ -264,6 +264,12 @@ func appendEventJSON(b []byte, tVal any, ev *Event) (_ []byte, ok bool) {
 	}
 	b = append(b, `,"status":`...)
 	b = appendJSONString(b, ev.Status)
+	b = append(b, `,"failure_reason":`...)
+	if ev.FailureReason == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *ev.FailureReason)
+	}
 	b = append(b, `,"created_at":`...)
 	t, err := ev.CreatedAt.MarshalJSON()
 	if err != nil {

@@ -179,3 +179,42 @@ func FuzzFastPublish(f *testing.F) {
 		comparePaths(t, fast, slow, body, header)
 	})
 }
+
+// A publish with a string that is not text (NUL, invalid UTF-8, a lone
+// surrogate), in a field or anywhere in data, is refused with 422 naming
+// its location, by both paths: what is accepted must be storable in
+// PostgreSQL's text columns, ordering keys taken from data included.
+func TestPublishRefusesStringsThatAreNotText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body     string
+		header   map[string]string
+		location string
+	}{
+		{`{"type":"t.a","source":"s","data":{"k":"a\u0000b"}}`, nil, "body.data.k"},
+		{`{"type":"t.a","source":"s","data":{"a":[{"b":"\ud800"}]}}`, nil, "body.data.a[0].b"},
+		{`{"type":"t.a","source":"s","data":{"a\u0000":1}}`, nil, `body.data["a\x00"]`},
+		{"{\"type\":\"t.a\",\"source\":\"s\",\"data\":{\"k\":\"\xff\"}}", nil, "body.data.k"},
+		{`{"type":"t.a","source":"a\u0000b","data":{}}`, nil, "body.source"},
+		{`{"type":"t.a","source":"s","ordering_key":"\u0000","data":{}}`, nil, "body.ordering_key"},
+		{`{"type":"t.a","source":"s","data":{}}`, map[string]string{"Idempotency-Key": "k\xff"}, "header.Idempotency-Key"},
+		{`{"type":"t.a","source":"s","data":{}}`, map[string]string{"X-Idempotency-Key": "k\x80"}, "header.X-Idempotency-Key"},
+	}
+	for _, slow := range []bool{false, true} {
+		mux := publishAPI(slow)
+		for _, tt := range tests {
+			header := map[string]string{"Content-Type": "application/json"}
+			for k, v := range tt.header {
+				header[k] = v
+			}
+			code, _, body := answer(mux, []byte(tt.body), header)
+			var problem struct {
+				Errors []struct{ Location string }
+			}
+			_ = json.Unmarshal([]byte(body), &problem)
+			if code != http.StatusUnprocessableEntity || len(problem.Errors) != 1 || problem.Errors[0].Location != tt.location {
+				t.Errorf("huma path %v: %q: %d %s, want 422 at %s", slow, tt.body, code, body, tt.location)
+			}
+		}
+	}
+}

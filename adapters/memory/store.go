@@ -38,6 +38,8 @@ type storedEvent struct {
 	event      domain.Event
 	fannedOut  bool
 	enqueuedAt time.Time
+	// fanOutFailures counts failed tries to fan the event out (FailFanOut).
+	fanOutFailures int
 }
 
 // storedDelivery is a delivery with its enqueued mark (zero when cleared)
@@ -284,10 +286,12 @@ func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]s
 	return s.createDeliveries(fanouts)
 }
 
-// createDeliveries is CreateDeliveries with s.mu held.
+// createDeliveries is CreateDeliveries with s.mu held. Each event's
+// fan-out is checked before any of it is stored, and a refused one fails
+// alone (*ports.RejectedFanOuts).
 func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
-	// Check everything first: the batch is all or nothing.
-	var todo []ports.FanOut
+	var created []string
+	rejected := map[string]string{}
 	pending := map[string]bool{}
 	for _, f := range fanouts {
 		e, ok := s.events[f.EventID]
@@ -295,21 +299,10 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			continue
 		}
 		pending[f.EventID] = true
-		pairs := map[string]bool{}
-		for _, d := range f.Deliveries {
-			if _, ok := s.deliveries[d.ID]; ok {
-				return nil, fmt.Errorf("create deliveries: %w: delivery %s exists", domain.ErrConflict, d.ID)
-			}
-			if pairs[d.SubscriptionID] {
-				return nil, fmt.Errorf("create deliveries: %w: event %s has two deliveries to subscription %s", domain.ErrConflict, f.EventID, d.SubscriptionID)
-			}
-			pairs[d.SubscriptionID] = true
+		if reason := s.refusedFanOut(f); reason != "" {
+			rejected[f.EventID] = reason
+			continue
 		}
-		todo = append(todo, f)
-	}
-	var created []string
-	for _, f := range todo {
-		e := s.events[f.EventID]
 		e.fannedOut = true
 		if len(f.Deliveries) == 0 {
 			e.event.Status = domain.EventDelivered
@@ -331,7 +324,47 @@ func (s *Store) createDeliveries(fanouts []ports.FanOut) ([]string, error) {
 			created = append(created, d.ID)
 		}
 	}
+	if len(rejected) > 0 {
+		return created, &ports.RejectedFanOuts{Reasons: rejected}
+	}
 	return created, nil
+}
+
+// refusedFanOut says why f cannot be stored, or "" when it can: what
+// PostgreSQL's unique indexes refuse.
+func (s *Store) refusedFanOut(f ports.FanOut) string {
+	pairs := map[string]bool{}
+	for _, d := range f.Deliveries {
+		if _, ok := s.deliveries[d.ID]; ok {
+			return fmt.Sprintf("%v: delivery %s exists", domain.ErrConflict, d.ID)
+		}
+		if pairs[d.SubscriptionID] {
+			return fmt.Sprintf("%v: two deliveries to subscription %s", domain.ErrConflict, d.SubscriptionID)
+		}
+		pairs[d.SubscriptionID] = true
+	}
+	return ""
+}
+
+// FailFanOut implements ports.EventStore.
+func (s *Store) FailFanOut(_ context.Context, id, reason string, now time.Time, maxTries int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.events[id]
+	if !ok {
+		return false, fmt.Errorf("fail fan-out of event %s: %w", id, domain.ErrNotFound)
+	}
+	if e.fannedOut {
+		return false, nil
+	}
+	e.fanOutFailures++
+	if e.fanOutFailures < maxTries {
+		return false, nil
+	}
+	e.fannedOut = true
+	e.event.Status = domain.EventFailed
+	e.event.FailureReason = cmp.Or(reason, "fan-out failed")
+	return true, nil
 }
 
 // ClaimDelivery implements ports.DeliveryStore.
@@ -434,7 +467,8 @@ func (s *Store) storeState(stored *storedDelivery, state, d domain.Delivery) (ne
 
 // held reports whether d is an ordered delivery that is not first in line
 // (SPEC §3): a delivery of its subscription and key for an earlier event is
-// not terminal, or an earlier event has not been fanned out yet.
+// not terminal, or an earlier event that could join its line has not been
+// fanned out yet.
 func (s *Store) held(d domain.Delivery) bool {
 	if d.OrderingKey == "" {
 		return false
@@ -446,14 +480,19 @@ func (s *Store) held(d domain.Delivery) bool {
 			return true
 		}
 	}
-	return s.unfannedBefore(d.EventID)
+	return s.awaitsFanOut(d.SubscriptionID, d.OrderingKey, d.EventID)
 }
 
-// unfannedBefore reports whether an event with an id below eventID has not
-// been fanned out yet.
-func (s *Store) unfannedBefore(eventID string) bool {
+// awaitsFanOut reports whether an event with an id below eventID has not
+// been fanned out yet and could get a delivery of subscriptionID with
+// orderingKey once it is (domain.Subscription.MayPrecede).
+func (s *Store) awaitsFanOut(subscriptionID, orderingKey, eventID string) bool {
+	sub, ok := s.subscriptions[subscriptionID]
+	if !ok {
+		return false // gone, and its deliveries with it
+	}
 	for id, e := range s.events {
-		if id < eventID && !e.fannedOut {
+		if id < eventID && !e.fannedOut && sub.MayPrecede(e.event, orderingKey) {
 			return true
 		}
 	}
@@ -462,7 +501,7 @@ func (s *Store) unfannedBefore(eventID string) bool {
 
 // nextInLine returns the delivery of subscriptionID and orderingKey with
 // the smallest event id among those not terminal, if it is first in line:
-// no earlier event awaits fan-out.
+// no earlier event that could join its line awaits fan-out.
 func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 	var first *domain.Delivery
 	for _, other := range s.deliveries {
@@ -474,7 +513,7 @@ func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 			first = o
 		}
 	}
-	if first == nil || s.unfannedBefore(first.EventID) {
+	if first == nil || s.awaitsFanOut(subscriptionID, orderingKey, first.EventID) {
 		return nil
 	}
 	return []string{first.ID}

@@ -22,6 +22,7 @@ type Metrics struct {
 	attemptDuration prometheus.Histogram
 	enqueueDeferred prometheus.Counter
 	fanOutHeld      prometheus.Counter
+	fanOutFailures  prometheus.Counter
 	schedulerSwept  *prometheus.CounterVec
 	malformed       *prometheus.CounterVec
 	postponed       *prometheus.CounterVec
@@ -67,6 +68,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		fanOutHeld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_fanout_held_seconds_total",
 			Help: "Time fan-out batches waited for the workers to read the delivery stream down to DISPATCH_FANOUT_MAX_UNREAD.",
+		}),
+		fanOutFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_fanout_failures_total",
+			Help: "Events settled as failed because they could not be fanned out after their tries (the reason is the event's failure_reason).",
 		}),
 		schedulerSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_scheduler_requeued_total",
@@ -116,7 +121,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, outcome := range []domain.DeliveryStatus{domain.DeliveryDelivered, domain.DeliveryRetrying, domain.DeliveryDead} {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
-	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.schedulerSwept, m.malformed,
+	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.fanOutFailures, m.schedulerSwept, m.malformed,
 		m.postponed, m.semFallbacks, m.degraded,
 		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen, m.standingBy)
 	return m
@@ -149,6 +154,10 @@ func (m *Metrics) Attempted(status domain.DeliveryStatus, duration time.Duration
 
 // FanOutHeld adds the time one fan-out batch waited for the workers.
 func (m *Metrics) FanOutHeld(d time.Duration) { m.fanOutHeld.Add(d.Seconds()) }
+
+// FanOutFailed counts one event settled as failed because it could not be
+// fanned out.
+func (m *Metrics) FanOutFailed() { m.fanOutFailures.Inc() }
 
 // Requeued counts n items the scheduler re-enqueued of one kind.
 func (m *Metrics) Requeued(kind string, n int) {

@@ -61,6 +61,16 @@ func TestFanOutHeldAddsUp(t *testing.T) {
 	}
 }
 
+func TestFanOutFailuresCount(t *testing.T) {
+	t.Parallel()
+	reg, m := newMetrics()
+	m.FanOutFailed()
+	m.FanOutFailed()
+	if got := metricstest.Value(t, reg, "dispatch_fanout_failures_total"); got != 2 {
+		t.Errorf("fan-out failures = %v, want 2", got)
+	}
+}
+
 func TestStandingBy(t *testing.T) {
 	t.Parallel()
 	reg, m := newMetrics()

@@ -165,6 +165,7 @@ func toEvent(row sqlcgen.EventState) domain.Event {
 		OrderingKey:    row.OrderingKey,
 		IdempotencyKey: row.IdempotencyKey.String,
 		Status:         domain.EventStatus(row.Status),
+		FailureReason:  row.FailureReason,
 		CreatedAt:      row.CreatedAt.UTC(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
@@ -357,10 +358,53 @@ func (s *Store) UnfannedEvents(ctx context.Context, now time.Time, requeueAfter 
 // FanOut query) whatever the batch size: it marks the events not yet fanned
 // out, completes those with nothing to deliver, and inserts the deliveries
 // of the events it marked, atomically.
+//
+// When PostgreSQL rejects the statement because of a row's content (see
+// rowRejected: a delivery id that exists, an ordering key a text column
+// cannot hold), nothing was written, and the events that hold nothing
+// wrong must not share the guilty one's fate: each event is then written
+// on its own, and those rejected alone are returned in a
+// *ports.RejectedFanOuts with the others' created deliveries.
 func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([]string, error) {
 	if len(fanouts) == 0 {
 		return nil, nil
 	}
+	created, err := s.fanOut(ctx, fanouts)
+	if err == nil || !rowRejected(err) {
+		return created, err
+	}
+	created = nil
+	rejected := map[string]string{}
+	for _, f := range fanouts {
+		one, err := s.fanOut(ctx, []ports.FanOut{f})
+		switch {
+		case err == nil:
+			created = append(created, one...)
+		case rowRejected(err):
+			rejected[f.EventID] = rejectionReason(err)
+		default:
+			return created, err
+		}
+	}
+	if len(rejected) > 0 {
+		return created, &ports.RejectedFanOuts{Reasons: rejected}
+	}
+	return created, nil
+}
+
+// rejectionReason says why PostgreSQL refused a fan-out, for the event's
+// failure_reason: its message and SQLSTATE, without the statement's
+// context.
+func rejectionReason(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return validText(fmt.Sprintf("its deliveries cannot be stored: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code))
+	}
+	return validText(err.Error())
+}
+
+// fanOut runs the FanOut statement for fanouts.
+func (s *Store) fanOut(ctx context.Context, fanouts []ports.FanOut) ([]string, error) {
 	// Sized up front (made, not nil: a nil slice would be a NULL array).
 	n := 0
 	for _, f := range fanouts {
@@ -396,9 +440,24 @@ func (s *Store) CreateDeliveries(ctx context.Context, fanouts []ports.FanOut) ([
 	}
 	created, err := s.planned.FanOut(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), interpretError(err))
+		// Not interpreted yet: the caller asks rowRejected first.
+		return nil, fmt.Errorf("create deliveries of %d events: %w", len(fanouts), err)
 	}
 	return created, nil
+}
+
+// FailFanOut implements ports.EventStore with one statement (FailFanOut).
+func (s *Store) FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (bool, error) {
+	row, err := s.queries.FailFanOut(ctx, sqlcgen.FailFanOutParams{
+		ID: id, MaxTries: int32(max(maxTries, 1)), Reason: cmp.Or(validText(reason), "fan-out failed"), Now: now,
+	})
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("fail fan-out of event %s: %w", id, interpretError(err))
+	case !row.Found:
+		return false, fmt.Errorf("fail fan-out of event %s: %w", id, domain.ErrNotFound)
+	}
+	return row.Settled, nil
 }
 
 // RetryDelivery implements ports.DeliveryStore with one statement (its

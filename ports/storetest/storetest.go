@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Listing", func(t *testing.T) { t.Parallel(); testListing(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })
 	t.Run("Ordering", func(t *testing.T) { t.Parallel(); testOrdering(t, newStore) })
+	t.Run("FanOutFailures", func(t *testing.T) { t.Parallel(); testFanOutFailures(t, newStore) })
 	t.Run("Ping", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)

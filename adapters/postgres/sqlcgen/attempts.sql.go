@@ -62,21 +62,7 @@ WITH wanted AS (
       AND deliveries.next_attempt_at <= wanted.claimed_at
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= wanted.claimed_at)
       AND (deliveries.reserved_until IS NULL OR deliveries.reserved_until <= wanted.claimed_at OR wanted.fresh)
-      AND (deliveries.ordering_key = '' OR (
-          NOT EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = deliveries.subscription_id
-                AND earlier.ordering_key = deliveries.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < deliveries.event_id
-          )
-          AND NOT EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < deliveries.event_id
-          )
-      ))
+      AND (deliveries.ordering_key = '' OR first_in_line(deliveries.subscription_id, deliveries.ordering_key, deliveries.event_id))
     RETURNING deliveries.id, deliveries.event_id, deliveries.subscription_id, deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.enqueued_at, deliveries.last_status_code, deliveries.last_error, deliveries.reason, deliveries.ordering_key, deliveries.created_at, deliveries.updated_at, deliveries.lease_until, deliveries.reserved_until
 ), got AS (
     SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM taken
@@ -88,7 +74,7 @@ SELECT
     got.attempts, got.next_attempt_at, got.last_status_code,
     got.last_error, got.reason, got.ordering_key,
     got.created_at, got.updated_at, got.lease_until,
-    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
+    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, events.fanout_failures, events.failure_reason, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at
 FROM got
 JOIN events ON events.id = got.event_id
 JOIN subscriptions ON subscriptions.id = got.subscription_id
@@ -133,21 +119,20 @@ type ClaimDeliveriesRow struct {
 // the queue) the holder claims it as anyone claims an unreserved one. A
 // batch that only takes writes nothing, so it costs a read, not a commit.
 //
-// An ordered delivery must also be first in line (SPEC §3): no delivery of
-// its subscription and key for an earlier event is pending, retrying or
-// delivering (one probe of deliveries_ordering_idx), and no earlier event
-// awaits fan-out, since its deliveries may not exist yet (a scan of
-// events_unfanned_idx, which is tiny in steady state). The OR tests the key
-// first, so an unordered delivery never runs the subqueries: its plan and
-// cost are those of the plain claim. HoldDelivery and DueDeliveries repeat
-// the predicate, NextInLine its second half; keep them alike. An ordered
-// delivery is never taken, only claimed: taken does not check its line.
+// An ordered delivery must also be first in line (SPEC §3; first_in_line,
+// migration 00014, which HoldDelivery, DueDeliveries and NextInLine ask
+// too): no delivery of its subscription and key for an earlier event is
+// pending, retrying or delivering, and no earlier event that could join
+// its line awaits fan-out. The OR tests the key first, so an unordered
+// delivery never calls it: its plan and cost are those of the plain claim.
+// An ordered delivery is never taken, only claimed: taken does not check
+// its line.
 //
-// Under READ COMMITTED the subqueries read the statement's snapshot, which
-// errs only towards holding: an earlier delivery can only have become
-// terminal since, and fan-out marks an event and inserts its deliveries in
-// one statement, so an earlier event is seen either unfanned or with its
-// deliveries.
+// Under READ COMMITTED first_in_line (STABLE) reads the statement's
+// snapshot, which errs only towards holding: an earlier delivery can only
+// have become terminal since, and fan-out marks an event and inserts its
+// deliveries in one statement, so an earlier event is seen either
+// unfanned or with its deliveries.
 //
 // The group commit of concurrent claims (see Store.ClaimDelivery): row i
 // of the zipped arrays claims delivery @ids[i] at @nows[i] with lease
@@ -207,6 +192,8 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.Event.FannedOutAt,
 			&i.Event.CreatedAt,
 			&i.Event.EnqueuedAt,
+			&i.Event.FanoutFailures,
+			&i.Event.FailureReason,
 			&i.Subscription.ID,
 			&i.Subscription.Url,
 			&i.Subscription.EventTypes,
@@ -243,21 +230,7 @@ WITH held AS (
       AND deliveries.next_attempt_at <= $2
       AND (deliveries.lease_until IS NULL OR deliveries.lease_until <= $2)
       AND deliveries.ordering_key <> ''
-      AND (
-          EXISTS (
-              SELECT 1 FROM deliveries earlier
-              WHERE earlier.subscription_id = deliveries.subscription_id
-                AND earlier.ordering_key = deliveries.ordering_key
-                AND earlier.ordering_key <> ''
-                AND earlier.status IN ('pending', 'retrying', 'delivering')
-                AND earlier.event_id < deliveries.event_id
-          )
-          OR EXISTS (
-              SELECT 1 FROM events unfanned
-              WHERE unfanned.fanned_out_at IS NULL
-                AND unfanned.id < deliveries.event_id
-          )
-      )
+      AND NOT first_in_line(deliveries.subscription_id, deliveries.ordering_key, deliveries.event_id)
     RETURNING deliveries.id
 )
 SELECT
@@ -278,10 +251,9 @@ type HoldDeliveryRow struct {
 // Store.ClaimDelivery's second statement, run only when the claim took
 // nothing. found tells a delivery that does not exist from one that cannot be
 // claimed; held says the only obstacle was ordering: the delivery is due
-// and not terminal but not first in line (ClaimDeliveries' predicate,
-// negated). A held delivery's enqueued mark is cleared: DueDeliveries
-// leaves it out while it is held, and its first scan after that enqueues
-// it.
+// and not terminal but not first in line (first_in_line, migration
+// 00014). A held delivery's enqueued mark is cleared: DueDeliveries leaves
+// it out while it is held, and its first scan after that enqueues it.
 func (q *Queries) HoldDelivery(ctx context.Context, arg HoldDeliveryParams) (HoldDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, holdDelivery, arg.ID, arg.Now)
 	var i HoldDeliveryRow
@@ -299,11 +271,7 @@ SELECT nxt.id FROM (
     ORDER BY d.event_id
     LIMIT 1
 ) nxt
-WHERE NOT EXISTS (
-    SELECT 1 FROM events unfanned
-    WHERE unfanned.fanned_out_at IS NULL
-      AND unfanned.id < nxt.event_id
-)
+WHERE first_in_line($1, $2, nxt.event_id)
 `
 
 type NextInLineParams struct {
@@ -315,8 +283,9 @@ type NextInLineParams struct {
 // stored it: the next delivery of its subscription and key, the one with
 // the smallest event id among those not terminal (the first entry of
 // deliveries_ordering_idx for the pair, so nothing not terminal precedes
-// it), provided it is first in line now, that is, no earlier event awaits
-// fan-out (see ClaimDeliveries). At most one row.
+// it), provided it is first in line now (first_in_line, migration 00014:
+// no earlier event that could join its line awaits fan-out). At most one
+// row.
 func (q *Queries) NextInLine(ctx context.Context, arg NextInLineParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, nextInLine, arg.SubscriptionID, arg.OrderingKey)
 	if err != nil {

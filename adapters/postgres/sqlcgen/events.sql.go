@@ -13,7 +13,7 @@ import (
 )
 
 const eventByIdempotencyKey = `-- name: EventByIdempotencyKey :one
-SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE idempotency_key = $1::text
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, fanout_failures, failure_reason, status FROM event_states WHERE idempotency_key = $1::text
 `
 
 // The event with its status (the event_states view).
@@ -30,13 +30,15 @@ func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey stri
 		&i.FannedOutAt,
 		&i.CreatedAt,
 		&i.EnqueuedAt,
+		&i.FanoutFailures,
+		&i.FailureReason,
 		&i.Status,
 	)
 	return i, err
 }
 
 const eventsToTake = `-- name: EventsToTake :many
-SELECT events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
+SELECT events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, events.fanout_failures, events.failure_reason, (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
 FROM events WHERE id = ANY($1::text[])
 `
 
@@ -68,6 +70,8 @@ func (q *Queries) EventsToTake(ctx context.Context, ids []string) ([]EventsToTak
 			&i.Event.FannedOutAt,
 			&i.Event.CreatedAt,
 			&i.Event.EnqueuedAt,
+			&i.Event.FanoutFailures,
+			&i.Event.FailureReason,
 			&i.SubscriptionVersion,
 		); err != nil {
 			return nil, err
@@ -80,8 +84,52 @@ func (q *Queries) EventsToTake(ctx context.Context, ids []string) ([]EventsToTak
 	return items, nil
 }
 
+const failFanOut = `-- name: FailFanOut :one
+WITH counted AS (
+    UPDATE events SET
+        fanout_failures = events.fanout_failures + 1,
+        failure_reason = CASE WHEN events.fanout_failures + 1 >= $2::integer
+            THEN $3::text ELSE events.failure_reason END,
+        fanned_out_at = CASE WHEN events.fanout_failures + 1 >= $2::integer
+            THEN $4::timestamptz END
+    WHERE events.id = $1 AND events.fanned_out_at IS NULL
+    RETURNING events.fanned_out_at IS NOT NULL AS settled
+)
+SELECT
+    EXISTS (SELECT 1 FROM events WHERE events.id = $1) AS found,
+    COALESCE((SELECT counted.settled FROM counted), false)::boolean AS settled
+`
+
+type FailFanOutParams struct {
+	ID       string
+	MaxTries int32
+	Reason   string
+	Now      time.Time
+}
+
+type FailFanOutRow struct {
+	Found   bool
+	Settled bool
+}
+
+// Counts a failed try to fan out an event not fanned out yet, and when it
+// makes @max_tries tries, settles the event: failed with @reason, fanned
+// out at @now with no deliveries (migration 00013). found tells an event
+// that does not exist; settled, whether this try settled it.
+func (q *Queries) FailFanOut(ctx context.Context, arg FailFanOutParams) (FailFanOutRow, error) {
+	row := q.db.QueryRow(ctx, failFanOut,
+		arg.ID,
+		arg.MaxTries,
+		arg.Reason,
+		arg.Now,
+	)
+	var i FailFanOutRow
+	err := row.Scan(&i.Found, &i.Settled)
+	return i, err
+}
+
 const getEvent = `-- name: GetEvent :one
-SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE id = $1
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, fanout_failures, failure_reason, status FROM event_states WHERE id = $1
 `
 
 // The event with its status, derived from its deliveries (the event_states
@@ -99,13 +147,15 @@ func (q *Queries) GetEvent(ctx context.Context, id string) (EventState, error) {
 		&i.FannedOutAt,
 		&i.CreatedAt,
 		&i.EnqueuedAt,
+		&i.FanoutFailures,
+		&i.FailureReason,
 		&i.Status,
 	)
 	return i, err
 }
 
 const getEvents = `-- name: GetEvents :many
-SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, status FROM event_states WHERE id = ANY($1::text[])
+SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, fanout_failures, failure_reason, status FROM event_states WHERE id = ANY($1::text[])
 `
 
 // Events with their status (the event_states view; an unfanned one, what
@@ -129,6 +179,8 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]EventState, er
 			&i.FannedOutAt,
 			&i.CreatedAt,
 			&i.EnqueuedAt,
+			&i.FanoutFailures,
+			&i.FailureReason,
 			&i.Status,
 		); err != nil {
 			return nil, err

@@ -49,6 +49,8 @@ type Event struct {
 	FannedOutAt    pgtype.Timestamptz
 	CreatedAt      time.Time
 	EnqueuedAt     pgtype.Timestamptz
+	FanoutFailures int32
+	FailureReason  string
 }
 
 type EventState struct {
@@ -61,6 +63,8 @@ type EventState struct {
 	FannedOutAt    pgtype.Timestamptz
 	CreatedAt      time.Time
 	EnqueuedAt     pgtype.Timestamptz
+	FanoutFailures int32
+	FailureReason  string
 	Status         string
 }
 
