@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
@@ -145,6 +146,12 @@ type Config struct {
 	// through to test the endpoint.
 	BreakerHalfOpenProbes int
 
+	// EncryptionKeys is DISPATCH_ENCRYPTION_KEYS: comma-separated base64
+	// 32-byte keys sealing subscriptions' secrets and custom headers in
+	// PostgreSQL, the first sealing, every one opening (keyring.Parse);
+	// empty stores them in plaintext, with a warning (see encryption.go).
+	EncryptionKeys string
+
 	envErr error
 	// slotDir is where worker processes count each other
 	// (processorShareModule); host.DefaultSlotDir() when empty.
@@ -240,6 +247,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*intValue)(&c.BreakerFailureThreshold), "breaker-failure-threshold", "consecutive failures that open a subscription's circuit")
 	parse((*durationValue)(&c.BreakerOpenDuration), "breaker-open-duration", "how long an open circuit refuses requests")
 	parse((*intValue)(&c.BreakerHalfOpenProbes), "breaker-half-open-probes", "requests a half-open circuit lets through")
+	parse((*keysValue)(&c.EncryptionKeys), "encryption-keys", "comma-separated base64 32-byte keys sealing subscription secrets and headers at rest; the first seals, every one opens (none: plaintext)")
 	c.envErr = errors.Join(envErrs...)
 }
 
@@ -273,6 +281,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.TargetPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("allowed-targets: %w", err))
+	}
+	if _, err := keyring.Parse(c.EncryptionKeys); err != nil {
+		errs = append(errs, fmt.Errorf("encryption-keys: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -332,6 +343,13 @@ func (v *prefixListValue) Set(s string) error {
 	*v = prefixes
 	return nil
 }
+
+// keysValue holds keys; it never shows them, not even as a flag's default
+// in -h (which prints String()).
+type keysValue string
+
+func (v *keysValue) String() string     { return "" }
+func (v *keysValue) Set(s string) error { *v = keysValue(s); return nil }
 
 type boolValue bool
 

@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"strings"
 	"testing"
 
 	"go.uber.org/fx"
@@ -17,6 +18,9 @@ func TestEveryRoleGraphIsComplete(t *testing.T) {
 			t.Parallel()
 			cfg := bootstrap.DefaultConfig()
 			cfg.APIKeys = []string{"k"}
+			if role == bootstrap.RoleReencrypt {
+				cfg.EncryptionKeys = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+			}
 			opts, err := bootstrap.Options(role, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -39,5 +43,13 @@ func TestAPIRolesNeedAKey(t *testing.T) {
 	t.Parallel()
 	if _, err := bootstrap.Options(bootstrap.RoleAPI, bootstrap.DefaultConfig()); err == nil {
 		t.Error("the api role started without an API key")
+	}
+}
+
+func TestReencryptNeedsKeys(t *testing.T) {
+	t.Parallel()
+	_, err := bootstrap.Options(bootstrap.RoleReencrypt, bootstrap.DefaultConfig())
+	if err == nil || !strings.Contains(err.Error(), "DISPATCH_ENCRYPTION_KEYS") {
+		t.Errorf("reencrypt without keys: %v, want an error naming DISPATCH_ENCRYPTION_KEYS", err)
 	}
 }
