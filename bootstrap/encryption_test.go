@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -145,3 +146,38 @@ func TestReadyWarnsOfPlaintextSecrets(t *testing.T) {
 }
 
 func (r *receiver) last() received { r.mu.Lock(); defer r.mu.Unlock(); return r.got[len(r.got)-1] }
+
+// TestAdminReadyWarnsOfPlaintextSecrets: a worker's /ready (on
+// DISPATCH_ADMIN_ADDR) says so too.
+func TestAdminReadyWarnsOfPlaintextSecrets(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.RedisURL = redistest.URL()
+	cfg.RedisKeyPrefix = redistest.Prefix(t)
+	// A port that was free a moment ago: the admin server does not
+	// report the one it got.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AdminAddr = ln.Addr().String()
+	ln.Close()
+	startApp(t, bootstrap.RoleWorker, cfg)
+
+	res, err := http.Get("http://" + cfg.AdminAddr + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got struct {
+		Status   string   `json:"status"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK || got.Status != "ok" || len(got.Warnings) != 1 || got.Warnings[0] != bootstrap.PlaintextWarning {
+		t.Errorf("worker /ready without keys = %d %+v, want 200 ok with the plaintext warning", res.StatusCode, got)
+	}
+}
