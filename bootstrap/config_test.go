@@ -1,8 +1,6 @@
 package bootstrap_test
 
 import (
-	"bytes"
-	"encoding/base64"
 	"flag"
 	"io"
 	"strings"
@@ -151,33 +149,4 @@ func testBoolSetting(t *testing.T, env, flagName string, get func(bootstrap.Conf
 		{"true", []string{"--" + flagName + "=false"}, false},
 		{"false", []string{"--" + flagName}, true},
 	}, map[string]string{"sometimes": "$" + env})
-}
-
-func TestEncryptionKeysConfig(t *testing.T) {
-	key1 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
-	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
-	testSetting(t, "DISPATCH_ENCRYPTION_KEYS", func(c bootstrap.Config) string { return c.EncryptionKeys }, []settingCase[string]{
-		{"", nil, ""},
-		{key1, nil, key1},
-		{key1 + "," + key2, nil, key1 + "," + key2},
-		{key1, []string{"--encryption-keys", key2}, key2},
-	}, map[string]string{
-		"secret":          "encryption-keys: encryption key 1 is not standard base64",
-		key1 + ",":        "encryption-keys: encryption key 2 is empty",
-		key1 + ",AAAA":    "encryption-keys: encryption key 2 must be 32 bytes, got 3",
-		key1 + "," + key1: "encryption-keys: encryption key 2 repeats key 1",
-		base64.StdEncoding.EncodeToString(make([]byte, 16)): "encryption key 1 must be 32 bytes, got 16",
-	})
-
-	// -h never shows the keys, not even as the default from the variable.
-	t.Setenv("DISPATCH_ENCRYPTION_KEYS", key1)
-	cfg := bootstrap.DefaultConfig()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.Flags(fs)
-	var help strings.Builder
-	fs.SetOutput(&help)
-	fs.PrintDefaults()
-	if !strings.Contains(help.String(), "encryption-keys") || strings.Contains(help.String(), key1) {
-		t.Errorf("help text shows the key, or no encryption-keys flag:\n%s", help.String())
-	}
 }
