@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
@@ -282,9 +281,7 @@ func (c *Config) Validate() error {
 	if err := c.TargetPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("allowed-targets: %w", err))
 	}
-	if _, err := keyring.Parse(c.EncryptionKeys); err != nil {
-		errs = append(errs, fmt.Errorf("encryption-keys: %w", err))
-	}
+	errs = append(errs, c.encryptionKeysError())
 	return errors.Join(errs...)
 }
 
@@ -343,13 +340,6 @@ func (v *prefixListValue) Set(s string) error {
 	*v = prefixes
 	return nil
 }
-
-// keysValue holds keys; it never shows them, not even as a flag's default
-// in -h (which prints String()).
-type keysValue string
-
-func (v *keysValue) String() string     { return "" }
-func (v *keysValue) Set(s string) error { *v = keysValue(s); return nil }
 
 type boolValue bool
 

@@ -19,6 +19,22 @@ import (
 // /ready.
 const PlaintextWarning = "DISPATCH_ENCRYPTION_KEYS is not set: subscription signing secrets and custom header values are stored in PostgreSQL in plaintext"
 
+// encryptionKeysError is what Validate says of EncryptionKeys: nil, or
+// which key is wrong and how (never its value).
+func (c *Config) encryptionKeysError() error {
+	if _, err := keyring.Parse(c.EncryptionKeys); err != nil {
+		return fmt.Errorf("encryption-keys: %w", err)
+	}
+	return nil
+}
+
+// keysValue holds EncryptionKeys as a flag; it never shows them, not even
+// as the flag's default in -h (which prints String()).
+type keysValue string
+
+func (v *keysValue) String() string     { return "" }
+func (v *keysValue) Set(s string) error { *v = keysValue(s); return nil }
+
 // readyWarnings are conditions /ready reports without failing: the
 // process serves, but an operator should act.
 type readyWarnings []string
