@@ -158,6 +158,12 @@ type Config struct {
 	// through to test the endpoint.
 	BreakerHalfOpenProbes int
 
+	// EncryptionKeys is DISPATCH_ENCRYPTION_KEYS: comma-separated base64
+	// 32-byte keys sealing subscriptions' secrets and custom headers in
+	// PostgreSQL, the first sealing, every one opening (keyring.Parse);
+	// empty stores them in plaintext, with a warning (see encryption.go).
+	EncryptionKeys string
+
 	envErr error
 	// slotDir is where worker processes count each other
 	// (processorShareModule); host.DefaultSlotDir() when empty.
@@ -257,6 +263,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*intValue)(&c.BreakerFailureThreshold), "breaker-failure-threshold", "consecutive failures that open a subscription's circuit")
 	parse((*durationValue)(&c.BreakerOpenDuration), "breaker-open-duration", "how long an open circuit refuses requests")
 	parse((*intValue)(&c.BreakerHalfOpenProbes), "breaker-half-open-probes", "requests a half-open circuit lets through")
+	parse((*keysValue)(&c.EncryptionKeys), "encryption-keys", "comma-separated base64 32-byte keys sealing subscription secrets and headers at rest; the first seals, every one opens (none: plaintext)")
 	c.envErr = errors.Join(envErrs...)
 }
 
@@ -298,6 +305,7 @@ func (c *Config) Validate() error {
 	if err := c.TargetPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("allowed-targets: %w", err))
 	}
+	errs = append(errs, c.encryptionKeysError())
 	return errors.Join(errs...)
 }
 

@@ -38,6 +38,8 @@ Roles:
   all        every role in one process (applies migrations first)
   dev        every role with an embedded Redis and an in-memory store: nothing to install, nothing durable
   migrate    applies database migrations and exits
+  reencrypt  rewrites every subscription's secrets and headers under the first key of
+             DISPATCH_ENCRYPTION_KEYS, in batches, reports how many rows it rewrote, and exits
 
 Commands:
   openapi    prints the API's OpenAPI document as JSON and exits (no backends needed);
@@ -94,14 +96,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 // run starts app, waits for SIGINT/SIGTERM (or returns at once for
-// migrate), then stops it gracefully.
+// migrate and reencrypt, whose work is done by then), then stops it
+// gracefully.
 func run(app *fx.App, role Role) error {
 	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
 		return err
 	}
-	if role != RoleMigrate {
+	if role != RoleMigrate && role != RoleReencrypt {
 		signals := make(chan os.Signal, 1)
 		signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 		<-signals

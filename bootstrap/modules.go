@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
@@ -57,10 +59,11 @@ func newRegistry() (*prometheus.Registry, prometheus.Registerer) {
 	return reg, reg
 }
 
-// postgresModule provides the PostgreSQL store.
+// postgresModule provides the PostgreSQL store, sealing subscriptions'
+// secrets and headers with the configured keys (newKeyRing).
 var postgresModule = fx.Module("postgres",
-	fx.Provide(newPool, newBatchPool, func(pool *pgxpool.Pool, batch batchPool) ports.Store {
-		return postgres.New(pool, postgres.BatchPool(batch.Pool))
+	fx.Provide(newPool, newBatchPool, newKeyRing, func(pool *pgxpool.Pool, batch batchPool, ring *keyring.Ring) ports.Store {
+		return postgres.New(pool, postgres.BatchPool(batch.Pool), postgres.Encryption(ring))
 	}),
 )
 
@@ -106,7 +109,7 @@ var migrateOnStart = fx.Invoke(func(pool *pgxpool.Pool, log *slog.Logger) error 
 
 // memoryStoreModule provides the in-process store of `dispatch dev`.
 var memoryStoreModule = fx.Module("memory-store",
-	fx.Provide(func() ports.Store { return memory.NewStore() }),
+	fx.Provide(func() ports.Store { return memory.NewStore() }, noReadyWarnings),
 )
 
 // redisModule provides the Redis queue.
@@ -322,12 +325,13 @@ var apiModule = fx.Module("api",
 
 func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, m *metrics.Metrics,
 	ingest *application.Ingest, subs *application.Subscriptions, events *application.Events,
-	deliveries *application.Deliveries, ready Ready, _ warmedIngest,
+	deliveries *application.Deliveries, ready Ready, warnings readyWarnings, _ warmedIngest,
 ) *APIServer {
 	mux := http.NewServeMux()
 	api := httpapi.New(mux, httpapi.Config{Version: Version, APIKeys: cfg.APIKeys,
 		MaxEventBytes: cfg.MaxEventBytes, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: cfg.RequestTimeout},
-		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready, EventAccepted: m.EventReceived}, log)
+		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready,
+			ReadyWarnings: warnings, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return &APIServer{serve(lc, cfg.ListenAddr, fastServer{httpapi.NewServer(api, mux, log)}, log)}
 }
@@ -335,7 +339,7 @@ func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus
 // adminModule serves /health, /ready and /metrics for worker and scheduler
 // when AdminAddr is set.
 var adminModule = fx.Module("admin",
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, ready Ready) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus.Registry, ready Ready, warnings readyWarnings) {
 		if cfg.AdminAddr == "" {
 			return
 		}
@@ -351,7 +355,10 @@ var adminModule = fx.Module("admin",
 				_, _ = fmt.Fprintf(w, `{"status":"unavailable","detail":%q}`, err.Error())
 				return
 			}
-			_, _ = w.Write([]byte(`{"status":"ok"}`))
+			_ = json.NewEncoder(w).Encode(struct {
+				Status   string   `json:"status"`
+				Warnings []string `json:"warnings,omitempty"`
+			}{"ok", warnings})
 		})
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		serveHTTP(lc, cfg.AdminAddr, mux, log)

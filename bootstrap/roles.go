@@ -28,10 +28,13 @@ const (
 	RoleAll       Role = "all"
 	RoleDev       Role = "dev"
 	RoleMigrate   Role = "migrate"
+	// RoleReencrypt is a command rather than a service: it seals every
+	// subscription under the first encryption key, then exits.
+	RoleReencrypt Role = "reencrypt"
 )
 
 // Roles lists every role, for help texts and tests.
-var Roles = []Role{RoleAPI, RoleWorker, RoleScheduler, RoleAll, RoleDev, RoleMigrate}
+var Roles = []Role{RoleAPI, RoleWorker, RoleScheduler, RoleAll, RoleDev, RoleMigrate, RoleReencrypt}
 
 // Options returns the fx options of role: the modules it is made of.
 func Options(role Role, cfg Config) (fx.Option, error) {
@@ -40,6 +43,9 @@ func Options(role Role, cfg Config) (fx.Option, error) {
 	}
 	if (role == RoleAPI || role == RoleAll || role == RoleDev) && len(cfg.APIKeys) == 0 {
 		return nil, fmt.Errorf("role %s serves the API: set at least one key in DISPATCH_API_KEYS or --api-keys", role)
+	}
+	if role == RoleReencrypt && cfg.EncryptionKeys == "" {
+		return nil, fmt.Errorf("role %s seals subscriptions under the first key of DISPATCH_ENCRYPTION_KEYS or --encryption-keys: set it", role)
 	}
 	// Worker and scheduler write only state a database crash may lose:
 	// it replays (see postgres.AsyncCommits).
@@ -60,6 +66,8 @@ func Options(role Role, cfg Config) (fx.Option, error) {
 			apiModule, workerModule, schedulerModule, devBanner)...), nil
 	case RoleMigrate:
 		return fx.Options(append(base, postgresModule, migrateOnStart)...), nil
+	case RoleReencrypt:
+		return fx.Options(append(base, postgresModule, reencryptOnStart)...), nil
 	}
 	return nil, fmt.Errorf("unknown role %q (want one of %v)", role, Roles)
 }

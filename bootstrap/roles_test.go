@@ -18,6 +18,9 @@ func TestEveryRoleGraphIsComplete(t *testing.T) {
 			t.Parallel()
 			cfg := bootstrap.DefaultConfig()
 			cfg.APIKeys = []string{strings.Repeat("k", bootstrap.MinAPIKeyLength)}
+			if role == bootstrap.RoleReencrypt {
+				cfg.EncryptionKeys = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+			}
 			opts, err := bootstrap.Options(role, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -40,5 +43,13 @@ func TestAPIRolesNeedAKey(t *testing.T) {
 	t.Parallel()
 	if _, err := bootstrap.Options(bootstrap.RoleAPI, bootstrap.DefaultConfig()); err == nil {
 		t.Error("the api role started without an API key")
+	}
+}
+
+func TestReencryptNeedsKeys(t *testing.T) {
+	t.Parallel()
+	_, err := bootstrap.Options(bootstrap.RoleReencrypt, bootstrap.DefaultConfig())
+	if err == nil || !strings.Contains(err.Error(), "DISPATCH_ENCRYPTION_KEYS") {
+		t.Errorf("reencrypt without keys: %v, want an error naming DISPATCH_ENCRYPTION_KEYS", err)
 	}
 }

@@ -357,6 +357,20 @@ type PublishBody struct {
 	Type string `json:"type"`
 }
 
+// ReadyOutputBody defines model for ReadyOutputBody.
+type ReadyOutputBody struct {
+	// Schema A URL to the JSON Schema for this object.
+	//
+	// Example: https://example.com/schemas/ReadyOutputBody.json
+	Schema *string `json:"$schema,omitempty"`
+
+	// Status Example: ok
+	Status string `json:"status"`
+
+	// Warnings Conditions an operator should fix that do not stop the service, such as secrets stored in plaintext.
+	Warnings *[]string `json:"warnings,omitempty"`
+}
+
 // RecoverInputBody defines model for RecoverInputBody.
 type RecoverInputBody struct {
 	// Schema A URL to the JSON Schema for this object.
@@ -451,8 +465,10 @@ type Subscription struct {
 	DisabledReason *string `json:"disabled_reason"`
 
 	// EventTypes Example: ["order.*"]
-	EventTypes *[]string         `json:"event_types"`
-	Headers    map[string]string `json:"headers"`
+	EventTypes *[]string `json:"event_types"`
+
+	// Headers Custom request headers by name; every value reads as "***": values are credentials, never returned.
+	Headers map[string]string `json:"headers"`
 
 	// Id Example: sub_01JD6Z7Q2M3N4P5Q6R7S8T9V0W
 	Id          string  `json:"id"`
@@ -492,7 +508,7 @@ type SubscriptionInput struct {
 	// Example: ["order.*"]
 	EventTypes *[]string `json:"event_types"`
 
-	// Headers Extra request headers.
+	// Headers Extra request headers. Values are write-only: reads show "***".
 	Headers *map[string]string `json:"headers,omitempty"`
 
 	// MaxInFlight Concurrent requests (default 100).
@@ -533,7 +549,7 @@ type SubscriptionPatch struct {
 	Description *string   `json:"description,omitempty"`
 	EventTypes  *[]string `json:"event_types,omitempty"`
 
-	// Headers Replaces all custom headers.
+	// Headers Replaces all custom headers. A value of "***" (as reads show it) keeps that header's stored value, so a client can send back what it read and change only some values.
 	Headers     *map[string]string `json:"headers,omitempty"`
 	MaxInFlight *int64             `json:"max_in_flight,omitempty"`
 
@@ -2191,7 +2207,7 @@ type ReadyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *HealthOutputBody
+	JSON200 *ReadyOutputBody
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2199,7 +2215,7 @@ type ReadyResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ReadyResponse) GetJSON200() *HealthOutputBody {
+func (r ReadyResponse) GetJSON200() *ReadyOutputBody {
 	return r.JSON200
 }
 
@@ -3311,7 +3327,7 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest HealthOutputBody
+		var dest ReadyOutputBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -94,6 +94,11 @@ func NewSubscription(in NewSubscriptionInput, now time.Time) (Subscription, erro
 	if s.Headers == nil {
 		s.Headers = map[string]string{}
 	}
+	for name, value := range s.Headers {
+		if value == RedactedHeaderValue {
+			return Subscription{}, invalid("headers", "%q is %q, which reads show in place of a value: send the value itself", name, RedactedHeaderValue)
+		}
+	}
 	if in.Secret != "" {
 		secret, err := ParseSecret(in.Secret)
 		if err != nil {
@@ -315,10 +320,11 @@ func (s *Subscription) Apply(p SubscriptionPatch, now time.Time) error {
 		next.OrderingKey = *p.OrderingKey
 	}
 	if p.Headers != nil {
-		next.Headers = *p.Headers
-		if next.Headers == nil {
-			next.Headers = map[string]string{}
+		headers, err := keepRedactedHeaders(s.Headers, *p.Headers)
+		if err != nil {
+			return err
 		}
+		next.Headers = headers
 	}
 	if p.Active != nil {
 		next.Active = *p.Active
@@ -332,6 +338,43 @@ func (s *Subscription) Apply(p SubscriptionPatch, now time.Time) error {
 	next.UpdatedAt = now.UTC().Truncate(time.Microsecond)
 	*s = next
 	return nil
+}
+
+// RedactedHeaderValue is what reads show in place of every custom header
+// value: the values are credentials (Authorization: Bearer …) that no read
+// returns. Sent back in a patch, it stands for the value stored.
+const RedactedHeaderValue = "***"
+
+// keepRedactedHeaders is the headers a patch sets: patch, where each
+// RedactedHeaderValue is the current value of that header (names compared
+// as HTTP does, without case), so a client can send back what it read and
+// change only some values. A RedactedHeaderValue for a header that has no
+// value is refused.
+func keepRedactedHeaders(current, patch map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(patch))
+	for name, value := range patch {
+		if value == RedactedHeaderValue {
+			kept, ok := headerValue(current, name)
+			if !ok {
+				return nil, invalid("headers", "%q is %q, which stands for the stored value, and the subscription has no %s header", name, RedactedHeaderValue, name)
+			}
+			value = kept
+		}
+		out[name] = value
+	}
+	return out, nil
+}
+
+func headerValue(headers map[string]string, name string) (string, bool) {
+	if v, ok := headers[name]; ok {
+		return v, true
+	}
+	for n, v := range headers {
+		if strings.EqualFold(n, name) {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // DefaultRotationOverlap is how long the previous secret keeps signing after

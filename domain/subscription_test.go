@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,56 @@ func TestRotateSecret(t *testing.T) {
 	}
 	if err := s.RotateSecret(MustGenerateSecret(), now, -time.Second); err == nil {
 		t.Error("RotateSecret accepted a negative overlap")
+	}
+}
+
+func TestApplyKeepsTheStoredValueOfARedactedHeader(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	base, err := NewSubscription(NewSubscriptionInput{URL: "https://example.com/a", EventTypes: []string{"a"},
+		Headers: map[string]string{"Authorization": "Bearer token-1", "X-Tenant": "acme"}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		patch map[string]string
+		want  map[string]string
+		err   string
+	}{
+		{"sent back as read", map[string]string{"Authorization": "***", "X-Tenant": "***"},
+			map[string]string{"Authorization": "Bearer token-1", "X-Tenant": "acme"}, ""},
+		{"one value changed", map[string]string{"Authorization": "***", "X-Tenant": "globex"},
+			map[string]string{"Authorization": "Bearer token-1", "X-Tenant": "globex"}, ""},
+		{"a new value replaces", map[string]string{"Authorization": "Bearer token-2"},
+			map[string]string{"Authorization": "Bearer token-2"}, ""},
+		{"names without case", map[string]string{"authorization": "***"},
+			map[string]string{"authorization": "Bearer token-1"}, ""},
+		{"no stored value", map[string]string{"X-New": "***"}, nil, `headers: "X-New" is "***"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			patch := tc.patch
+			err := s.Apply(SubscriptionPatch{Headers: &patch}, now.Add(time.Minute))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Apply = %v, want an error containing %q", err, tc.err)
+				}
+				if !reflect.DeepEqual(s.Headers, base.Headers) {
+					t.Errorf("a refused patch changed the headers to %v", s.Headers)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.Headers, tc.want) {
+				t.Errorf("headers = %v, want %v", s.Headers, tc.want)
+			}
+		})
+	}
+	if _, err := NewSubscription(NewSubscriptionInput{URL: "https://example.com/a", EventTypes: []string{"a"},
+		Headers: map[string]string{"Authorization": "***"}}, now); err == nil || !strings.Contains(err.Error(), "headers") {
+		t.Errorf("create with a redacted value = %v, want a headers error", err)
 	}
 }

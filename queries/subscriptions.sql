@@ -73,3 +73,30 @@ WITH attempts_removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = @id
 )
 DELETE FROM subscriptions WHERE subscriptions.id = @id;
+
+-- name: SealedColumnsForUpdate :many
+-- The sealed columns of up to max_rows subscriptions after @after in id
+-- order, locked until the transaction ends so that no update of theirs
+-- is lost while Reencrypt rewrites them.
+SELECT id, secret, previous_secret, headers FROM subscriptions
+WHERE id > @after
+ORDER BY id
+LIMIT @max_rows
+FOR UPDATE;
+
+-- name: RewriteSealedColumns :exec
+-- Stores subscriptions' sealed columns sealed again, in one statement;
+-- nothing else of theirs changes (updated_at included: what they say is
+-- the same).
+UPDATE subscriptions SET
+    secret = rewritten.secret,
+    previous_secret = rewritten.previous_secret,
+    headers = rewritten.headers
+FROM (
+    SELECT
+        unnest(@ids::text[]) AS id,
+        unnest(@secrets::text[]) AS secret,
+        unnest(@previous_secrets::text[]) AS previous_secret,
+        unnest(@headers::jsonb[]) AS headers
+) AS rewritten
+WHERE subscriptions.id = rewritten.id;

@@ -40,6 +40,9 @@ type UseCases struct {
 	Deliveries    *application.Deliveries
 	// Ready reports whether every backend is reachable.
 	Ready func(ctx context.Context) error
+	// ReadyWarnings are shown by /ready without making it fail (such as
+	// secrets stored in plaintext).
+	ReadyWarnings []string
 	// EventAccepted, when set, is called for every newly committed event
 	// (metrics).
 	EventAccepted func()
@@ -51,6 +54,7 @@ type handlers struct {
 	events        *application.Events
 	deliveries    *application.Deliveries
 	ready         func(ctx context.Context) error
+	readyWarnings []string
 	accepted      func()
 	log           *slog.Logger
 	maxEventBytes int64
@@ -77,7 +81,7 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 	adapter := &capturingAdapter{Adapter: humago.NewAdapter(mux, "")}
 	api := huma.NewAPI(hc, adapter)
 	h := &handlers{
-		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, accepted: uc.EventAccepted,
+		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, readyWarnings: uc.ReadyWarnings, accepted: uc.EventAccepted,
 		log: log, maxEventBytes: cfg.MaxEventBytes, slowPublish: slowPublish,
 	}
 	if h.maxEventBytes <= 0 {
@@ -111,6 +115,13 @@ type healthOutput struct {
 	}
 }
 
+type readyOutput struct {
+	Body struct {
+		Status   string   `json:"status" example:"ok"`
+		Warnings []string `json:"warnings,omitempty" doc:"Conditions an operator should fix that do not stop the service, such as secrets stored in plaintext."`
+	}
+}
+
 func (h *handlers) registerHealth(api huma.API) {
 	tags := []string{"Operations"}
 	huma.Register(api, huma.Operation{
@@ -125,14 +136,15 @@ func (h *handlers) registerHealth(api huma.API) {
 		OperationID: "ready", Method: http.MethodGet, Path: "/ready",
 		Summary: "Readiness: PostgreSQL and Redis reachable", Tags: tags,
 		Errors: []int{http.StatusServiceUnavailable},
-	}, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+	}, func(ctx context.Context, _ *struct{}) (*readyOutput, error) {
 		if h.ready != nil {
 			if err := h.ready(ctx); err != nil {
 				return nil, huma.Error503ServiceUnavailable("not ready: " + err.Error())
 			}
 		}
-		out := &healthOutput{}
+		out := &readyOutput{}
 		out.Body.Status = "ok"
+		out.Body.Warnings = h.readyWarnings
 		return out, nil
 	})
 }

@@ -3,11 +3,13 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +319,63 @@ func TestRotateSecretKeepsThePreviousOneSigning(t *testing.T) {
 	}
 	if _, again := s.do(t, "GET", "/v1/subscriptions/"+id+"/secret", ""); again["secret"] != chosen {
 		t.Error("a refused rotation changed the secret")
+	}
+}
+
+// TestReadsNeverReturnHeaderValues: header values are credentials; every
+// answer shows "***" in their place, and a patch that sends "***" back
+// keeps the stored value while a new value replaces it.
+func TestReadsNeverReturnHeaderValues(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	const token = "Bearer secret-token-123"
+	res, created := s.do(t, "POST", "/v1/subscriptions",
+		`{"url":"https://example.com/hook","event_types":["order.*"],"headers":{"Authorization":"`+token+`","X-Tenant":"acme"}}`)
+	if res.StatusCode != 201 {
+		t.Fatalf("create = %d: %v", res.StatusCode, created)
+	}
+	id := created["id"].(string)
+	redacted := map[string]any{"Authorization": "***", "X-Tenant": "***"}
+	checkRedacted := func(what string, sub map[string]any, want map[string]any) {
+		t.Helper()
+		if !reflect.DeepEqual(sub["headers"], want) {
+			t.Errorf("%s: headers = %v, want %v", what, sub["headers"], want)
+		}
+	}
+	checkRedacted("create", created, redacted)
+	_, got := s.do(t, "GET", "/v1/subscriptions/"+id, "")
+	checkRedacted("get", got, redacted)
+	res, list := s.do(t, "GET", "/v1/subscriptions", "")
+	raw, _ := json.Marshal(list)
+	if res.StatusCode != 200 || strings.Contains(string(raw), "secret-token-123") || strings.Contains(string(raw), "acme") {
+		t.Errorf("list = %d %s, want header values hidden", res.StatusCode, raw)
+	}
+	stored := func() map[string]string {
+		t.Helper()
+		sub, err := s.store.GetSubscription(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sub.Headers
+	}
+
+	res, patched := s.do(t, "PATCH", "/v1/subscriptions/"+id, `{"headers":{"Authorization":"***","X-Tenant":"globex"}}`)
+	if res.StatusCode != 200 {
+		t.Fatalf("patch = %d: %v", res.StatusCode, patched)
+	}
+	checkRedacted("patch", patched, redacted)
+	if want := map[string]string{"Authorization": token, "X-Tenant": "globex"}; !reflect.DeepEqual(stored(), want) {
+		t.Errorf("after a patch sending *** back: stored %v, want %v", stored(), want)
+	}
+	res, _ = s.do(t, "PATCH", "/v1/subscriptions/"+id, `{"headers":{"Authorization":"Bearer secret-token-456"}}`)
+	if want := map[string]string{"Authorization": "Bearer secret-token-456"}; res.StatusCode != 200 || !reflect.DeepEqual(stored(), want) {
+		t.Errorf("after a patch with a new value: %d, stored %v, want %v", res.StatusCode, stored(), want)
+	}
+	res, problem := s.do(t, "PATCH", "/v1/subscriptions/"+id, `{"headers":{"X-Other":"***"}}`)
+	if res.StatusCode != 422 || !strings.Contains(fmt.Sprint(problem), "headers") {
+		t.Errorf("a *** with no stored value = %d %v, want 422 naming headers", res.StatusCode, problem)
+	}
+	if want := map[string]string{"Authorization": "Bearer secret-token-456"}; !reflect.DeepEqual(stored(), want) {
+		t.Errorf("a refused patch changed the headers to %v", stored())
 	}
 }

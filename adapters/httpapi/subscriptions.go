@@ -71,7 +71,7 @@ type Subscription struct {
 	Timeout        Duration          `json:"timeout"`
 	RetryPolicy    RetryPolicy       `json:"retry_policy"`
 	OrderingKey    *string           `json:"ordering_key"`
-	Headers        map[string]string `json:"headers"`
+	Headers        map[string]string `json:"headers" doc:"Custom request headers by name; every value reads as \"***\": values are credentials, never returned."`
 	CreatedAt      time.Time         `json:"created_at"`
 	UpdatedAt      time.Time         `json:"updated_at"`
 	Secret         string            `json:"secret,omitempty" doc:"Only in the answers of create, rotate-secret and get-secret."`
@@ -88,7 +88,7 @@ func subscriptionJSON(s domain.Subscription) Subscription {
 		MaxInFlight: s.MaxInFlight,
 		Timeout:     Duration(s.Timeout),
 		RetryPolicy: retryPolicyJSON(s.RetryPolicy),
-		Headers:     s.Headers,
+		Headers:     redactedHeaders(s.Headers),
 		CreatedAt:   s.CreatedAt,
 		UpdatedAt:   s.UpdatedAt,
 	}
@@ -98,8 +98,15 @@ func subscriptionJSON(s domain.Subscription) Subscription {
 	if s.OrderingKey != "" {
 		out.OrderingKey = &s.OrderingKey
 	}
-	if out.Headers == nil {
-		out.Headers = map[string]string{}
+	return out
+}
+
+// redactedHeaders is headers with every value replaced by
+// domain.RedactedHeaderValue: no read returns a header value.
+func redactedHeaders(headers map[string]string) map[string]string {
+	out := make(map[string]string, len(headers))
+	for name := range headers {
+		out[name] = domain.RedactedHeaderValue
 	}
 	return out
 }
@@ -115,7 +122,7 @@ type SubscriptionInput struct {
 	Timeout     *Duration         `json:"timeout,omitempty" doc:"Per-request timeout (default 10s, at most 60s)."`
 	RetryPolicy *RetryPolicy      `json:"retry_policy,omitempty"`
 	OrderingKey string            `json:"ordering_key,omitempty" doc:"A JSON pointer into the event (e.g. /data/customer_id, or /ordering_key for the event's own key): deliveries with the same key arrive in order." example:"/data/customer_id"`
-	Headers     map[string]string `json:"headers,omitempty" doc:"Extra request headers."`
+	Headers     map[string]string `json:"headers,omitempty" doc:"Extra request headers. Values are write-only: reads show \"***\"."`
 	Active      *bool             `json:"active,omitempty" doc:"Default true."`
 }
 
@@ -151,7 +158,7 @@ type SubscriptionPatch struct {
 	Timeout     *Duration          `json:"timeout,omitempty"`
 	RetryPolicy *RetryPolicy       `json:"retry_policy,omitempty" doc:"Replaces the whole policy."`
 	OrderingKey *string            `json:"ordering_key,omitempty" doc:"A JSON pointer; \"\" turns ordering off."`
-	Headers     *map[string]string `json:"headers,omitempty" doc:"Replaces all custom headers."`
+	Headers     *map[string]string `json:"headers,omitempty" doc:"Replaces all custom headers. A value of \"***\" (as reads show it) keeps that header's stored value, so a client can send back what it read and change only some values."`
 	Active      *bool              `json:"active,omitempty" doc:"true re-enables a disabled subscription and clears disabled_reason."`
 }
 

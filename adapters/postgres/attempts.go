@@ -148,7 +148,7 @@ func (s *Store) notClaimed(ctx context.Context, id string, now time.Time) error 
 // toClaimed converts a claimed row, its subscription through the memo of
 // decoded subscriptions.
 func (s *Store) toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error) {
-	sub, err := s.decoded.subscription(row.Subscription)
+	sub, err := s.decoded.subscription(s.ring, row.Subscription)
 	if err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", row.ID, err)
 	}

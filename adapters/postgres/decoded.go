@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
 )
@@ -36,9 +37,10 @@ type decodedParts struct {
 	decoded                subscriptionParts
 }
 
-// subscription is toSubscription(row), from the memo when row's secrets,
-// retry policy and headers are those it last decoded for row.ID.
-func (d *decodedSubscriptions) subscription(row sqlcgen.Subscription) (domain.Subscription, error) {
+// subscription is toSubscription(ring, row), from the memo when row's
+// secrets, retry policy and headers are those it last decoded for row.ID
+// (sealed columns compared as stored: a value sealed again is opened again).
+func (d *decodedSubscriptions) subscription(ring *keyring.Ring, row sqlcgen.Subscription) (domain.Subscription, error) {
 	if v, ok := d.parts.Load(row.ID); ok {
 		p := v.(*decodedParts)
 		if p.secret == row.Secret && p.previousSecret == row.PreviousSecret &&
@@ -46,7 +48,7 @@ func (d *decodedSubscriptions) subscription(row sqlcgen.Subscription) (domain.Su
 			return assembleSubscription(row, p.decoded), nil
 		}
 	}
-	decoded, err := decodeSubscriptionParts(row)
+	decoded, err := decodeSubscriptionParts(ring, row)
 	if err != nil {
 		return domain.Subscription{}, err
 	}

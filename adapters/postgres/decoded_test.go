@@ -24,7 +24,7 @@ func memoRow(t *testing.T, edit func(*domain.Subscription)) sqlcgen.Subscription
 	if edit != nil {
 		edit(&sub)
 	}
-	row, err := subscriptionRow(sub)
+	row, err := subscriptionRow(nil, sub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,16 +35,16 @@ func mapPointer(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer
 
 func TestDecodedSubscriptionsReuseOnlyIdenticalColumns(t *testing.T) {
 	row := memoRow(t, nil)
-	want, err := toSubscription(row)
+	want, err := toSubscription(nil, row)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var memo decodedSubscriptions
-	first, err := memo.subscription(row)
+	first, err := memo.subscription(nil, row)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := memo.subscription(row)
+	again, err := memo.subscription(nil, row)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestDecodedSubscriptionsReuseOnlyIdenticalColumns(t *testing.T) {
 	for name, change := range changes {
 		t.Run(name, func(t *testing.T) {
 			var memo decodedSubscriptions
-			if _, err := memo.subscription(row); err != nil {
+			if _, err := memo.subscription(nil, row); err != nil {
 				t.Fatal(err)
 			}
 			changed := memoRow(t, change)
@@ -83,11 +83,11 @@ func TestDecodedSubscriptionsReuseOnlyIdenticalColumns(t *testing.T) {
 			if name != "previous secret" {
 				changed.PreviousSecret = row.PreviousSecret
 			}
-			want, err := toSubscription(changed)
+			want, err := toSubscription(nil, changed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := memo.subscription(changed)
+			got, err := memo.subscription(nil, changed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestDecodedSubscriptionsRefuseBadRowsAndStayBounded(t *testing.T) {
 	var memo decodedSubscriptions
 	bad := memoRow(t, nil)
 	bad.Headers = []byte(`{"X-Team": 1}`)
-	if _, err := memo.subscription(bad); err == nil {
+	if _, err := memo.subscription(nil, bad); err == nil {
 		t.Fatal("headers that are not strings were accepted")
 	}
 	if _, ok := memo.parts.Load(bad.ID); ok {
@@ -112,7 +112,7 @@ func TestDecodedSubscriptionsRefuseBadRowsAndStayBounded(t *testing.T) {
 	row := memoRow(t, nil)
 	for i := range maxDecodedSubscriptions + 10 {
 		row.ID = fmt.Sprintf("sub_%d", i)
-		if _, err := memo.subscription(row); err != nil {
+		if _, err := memo.subscription(nil, row); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,7 +7,11 @@
 // sqlc models, pgx errors and SQLSTATE codes never leave this package: rows
 // become domain types and errors become domain sentinels here, at the seam.
 //
+// Subscriptions' secrets and custom headers are sealed with a keyring.Ring
+// (Encryption) in the row mapping, so domain values stay plaintext.
+//
 // Rule of dependency: imports domain, ports, migrations, sqlcgen, pgx,
-// goose and groupcommit (the technology-neutral batching of CreateEvent);
+// goose, groupcommit (the technology-neutral batching of CreateEvent) and
+// keyring (the sealing of values at rest);
 // nothing imports it but bootstrap and tests.
 package postgres

@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
 )
@@ -15,27 +17,32 @@ import (
 // This file maps sqlc rows to domain values and back; nothing outside it
 // knows how a domain field is laid out in a column.
 
-// subscriptionRow lays sub out as its table row.
-func subscriptionRow(sub domain.Subscription) (sqlcgen.Subscription, error) {
+// subscriptionRow lays sub out as its table row, its secrets and headers
+// sealed under ring's first key when ring has keys (see sealText).
+func subscriptionRow(ring *keyring.Ring, sub domain.Subscription) (sqlcgen.Subscription, error) {
 	policy, err := marshalRetryPolicy(sub.RetryPolicy)
 	if err != nil {
 		return sqlcgen.Subscription{}, err
 	}
-	headers := sub.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	headersJSON, err := json.Marshal(headers)
+	secret, err := sealText(ring, sub.ID, columnSecret, revealSecret(sub.Secret))
 	if err != nil {
-		return sqlcgen.Subscription{}, fmt.Errorf("encode headers: %w", err)
+		return sqlcgen.Subscription{}, err
+	}
+	previous, err := sealText(ring, sub.ID, columnPreviousSecret, revealSecret(sub.PreviousSecret))
+	if err != nil {
+		return sqlcgen.Subscription{}, err
+	}
+	headersJSON, err := sealHeaders(ring, sub.ID, sub.Headers)
+	if err != nil {
+		return sqlcgen.Subscription{}, err
 	}
 	return sqlcgen.Subscription{
 		ID:                      sub.ID,
 		Url:                     sub.URL,
 		EventTypes:              nonNil(sub.EventTypes),
 		Description:             sub.Description,
-		Secret:                  revealSecret(sub.Secret),
-		PreviousSecret:          revealSecret(sub.PreviousSecret),
+		Secret:                  secret,
+		PreviousSecret:          previous,
 		PreviousSecretExpiresAt: optionalTime(storedTime(sub.PreviousSecretExpiresAt)),
 		Active:                  sub.Active,
 		DisabledReason:          sub.DisabledReason,
@@ -50,10 +57,11 @@ func subscriptionRow(sub domain.Subscription) (sqlcgen.Subscription, error) {
 	}, nil
 }
 
-// toSubscription rehydrates a subscription row. It fails only on a row this
-// package did not write (a secret or JSON column it cannot read).
-func toSubscription(row sqlcgen.Subscription) (domain.Subscription, error) {
-	parts, err := decodeSubscriptionParts(row)
+// toSubscription rehydrates a subscription row, opening its sealed columns
+// with ring. It fails on a row this package did not write (a secret or JSON
+// column it cannot read), and on one sealed under a key ring lacks.
+func toSubscription(ring *keyring.Ring, row sqlcgen.Subscription) (domain.Subscription, error) {
+	parts, err := decodeSubscriptionParts(ring, row)
 	if err != nil {
 		return domain.Subscription{}, err
 	}
@@ -68,12 +76,12 @@ type subscriptionParts struct {
 	headers                map[string]string
 }
 
-func decodeSubscriptionParts(row sqlcgen.Subscription) (subscriptionParts, error) {
-	secret, err := parseSecret(row.Secret)
+func decodeSubscriptionParts(ring *keyring.Ring, row sqlcgen.Subscription) (subscriptionParts, error) {
+	secret, err := openSecret(ring, row.ID, columnSecret, row.Secret)
 	if err != nil {
 		return subscriptionParts{}, fmt.Errorf("subscription %s: secret: %w", row.ID, err)
 	}
-	previous, err := parseSecret(row.PreviousSecret)
+	previous, err := openSecret(ring, row.ID, columnPreviousSecret, row.PreviousSecret)
 	if err != nil {
 		return subscriptionParts{}, fmt.Errorf("subscription %s: previous secret: %w", row.ID, err)
 	}
@@ -81,12 +89,9 @@ func decodeSubscriptionParts(row sqlcgen.Subscription) (subscriptionParts, error
 	if err != nil {
 		return subscriptionParts{}, fmt.Errorf("subscription %s: %w", row.ID, err)
 	}
-	headers := map[string]string{}
-	if err := json.Unmarshal(row.Headers, &headers); err != nil {
+	headers, err := openHeaders(ring, row.ID, row.Headers)
+	if err != nil {
 		return subscriptionParts{}, fmt.Errorf("subscription %s: headers: %w", row.ID, err)
-	}
-	if headers == nil { // a JSON null
-		headers = map[string]string{}
 	}
 	return subscriptionParts{secret: secret, previousSecret: previous, retryPolicy: policy, headers: headers}, nil
 }
@@ -114,10 +119,10 @@ func assembleSubscription(row sqlcgen.Subscription, parts subscriptionParts) dom
 	}
 }
 
-func toSubscriptions(rows []sqlcgen.Subscription) ([]domain.Subscription, error) {
+func toSubscriptions(ring *keyring.Ring, rows []sqlcgen.Subscription) ([]domain.Subscription, error) {
 	out := make([]domain.Subscription, len(rows))
 	for i, row := range rows {
-		sub, err := toSubscription(row)
+		sub, err := toSubscription(ring, row)
 		if err != nil {
 			return nil, err
 		}
@@ -139,6 +144,105 @@ func parseSecret(s string) (domain.Secret, error) {
 		return domain.Secret{}, nil
 	}
 	return domain.ParseSecret(s)
+}
+
+// The sealed columns of a subscription row. A value is sealed with its
+// row's id and its column as associated data, so one copied to another
+// row or column does not open.
+//
+// Without keys, values are stored in the clear as before encryption
+// existed; with keys, rows written in the clear still read (a sealed value
+// starts with keyring.Prefix, a secret in the clear with whsec_, headers in
+// the clear are a JSON object and sealed ones a JSON string), and `dispatch
+// reencrypt` seals them.
+const (
+	columnSecret         = "secret"
+	columnPreviousSecret = "previous_secret"
+	columnHeaders        = "headers"
+)
+
+// sealContext is what a sealed value of a subscription's column is bound to.
+func sealContext(id, column string) string {
+	return "subscriptions/" + id + "/" + column
+}
+
+// sealText is the stored form of a text column's value: sealed when ring
+// has keys, else value itself. "" (no previous secret) stays "".
+func sealText(ring *keyring.Ring, id, column, value string) (string, error) {
+	if value == "" || !ring.Enabled() {
+		return value, nil
+	}
+	sealed, err := ring.Seal([]byte(value), sealContext(id, column))
+	if err != nil {
+		return "", fmt.Errorf("seal %s: %w", column, err)
+	}
+	return sealed, nil
+}
+
+// openText reads what sealText stored.
+func openText(ring *keyring.Ring, id, column, stored string) (string, error) {
+	if !keyring.IsSealed(stored) {
+		return stored, nil
+	}
+	plain, err := ring.Open(stored, sealContext(id, column))
+	if err != nil {
+		return "", err
+	}
+	return string(plain), nil
+}
+
+func openSecret(ring *keyring.Ring, id, column, stored string) (domain.Secret, error) {
+	plain, err := openText(ring, id, column, stored)
+	if err != nil {
+		return domain.Secret{}, err
+	}
+	return parseSecret(plain)
+}
+
+// sealHeaders is the headers column: the JSON object of headers, or, when
+// ring has keys and there are headers, that object sealed, as a JSON
+// string. Names are sealed with the values: nothing reads them in the
+// database.
+func sealHeaders(ring *keyring.Ring, id string, headers map[string]string) ([]byte, error) {
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	object, err := json.Marshal(headers)
+	if err != nil {
+		return nil, fmt.Errorf("encode headers: %w", err)
+	}
+	if len(headers) == 0 || !ring.Enabled() {
+		return object, nil
+	}
+	sealed, err := sealText(ring, id, columnHeaders, string(object))
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(sealed)
+}
+
+// openHeaders reads what sealHeaders stored.
+func openHeaders(ring *keyring.Ring, id string, stored []byte) (map[string]string, error) {
+	object := stored
+	var sealed string
+	if json.Unmarshal(stored, &sealed) == nil {
+		if !keyring.IsSealed(sealed) {
+			return nil, errors.New("a JSON string that is not sealed")
+		}
+		plain, err := openText(ring, id, columnHeaders, sealed)
+		if err != nil {
+			return nil, err
+		}
+		object = []byte(plain)
+	}
+	headers := map[string]string{}
+	if err := json.Unmarshal(object, &headers); err != nil {
+		return nil, err
+	}
+	if headers == nil { // a JSON null
+		headers = map[string]string{}
+	}
+	return headers, nil
 }
 
 // normalizeEvent is e as a read will return it: times in UTC at microsecond

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
+	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
@@ -48,6 +49,9 @@ type Store struct {
 	decoded decodedSubscriptions
 	// recent holds the events takes read lately (see takeUnread).
 	recent recentEvents
+	// ring seals subscriptions' secrets and headers; without keys they are
+	// stored in the clear. See Encryption.
+	ring *keyring.Ring
 }
 
 // New returns a Store on pool. The schema must be migrated (Migrate).
@@ -74,6 +78,15 @@ func BatchPool(pool *pgxpool.Pool) Option {
 	return func(s *Store) { s.batch, s.batchPool = sqlcgen.New(pool), pool }
 }
 
+// Encryption seals subscriptions' signing secrets and custom headers under
+// ring's first key when they are written, and opens them with whichever of
+// its keys sealed them when they are read. Without it (or with a ring
+// without keys) they are written in the clear; values written in the clear
+// are read either way, and Reencrypt seals them.
+func Encryption(ring *keyring.Ring) Option {
+	return func(s *Store) { s.ring = ring }
+}
+
 // Ping reports whether PostgreSQL answers.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
@@ -88,7 +101,7 @@ func (s *Store) inTx(ctx context.Context, fn func(q *sqlcgen.Queries) error) err
 
 // CreateSubscription implements ports.SubscriptionStore.
 func (s *Store) CreateSubscription(ctx context.Context, sub domain.Subscription) error {
-	row, err := subscriptionRow(sub)
+	row, err := subscriptionRow(s.ring, sub)
 	if err != nil {
 		return fmt.Errorf("create subscription %s: %w", sub.ID, err)
 	}
@@ -123,7 +136,7 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (domain.Subscrip
 	if err != nil {
 		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, interpretError(err))
 	}
-	return toSubscription(row)
+	return toSubscription(s.ring, row)
 }
 
 // ListSubscriptions implements ports.SubscriptionStore.
@@ -135,7 +148,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, p ports.Page) ([]domain.S
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions: %w", interpretError(err))
 	}
-	return toSubscriptions(rows)
+	return toSubscriptions(s.ring, rows)
 }
 
 // ActiveSubscriptions implements ports.SubscriptionStore.
@@ -144,7 +157,7 @@ func (s *Store) ActiveSubscriptions(ctx context.Context) ([]domain.Subscription,
 	if err != nil {
 		return nil, fmt.Errorf("list active subscriptions: %w", interpretError(err))
 	}
-	return toSubscriptions(rows)
+	return toSubscriptions(s.ring, rows)
 }
 
 // UpdateSubscription implements ports.SubscriptionStore. The row stays
@@ -158,7 +171,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 		if err != nil {
 			return interpretError(err)
 		}
-		sub, err := toSubscription(current)
+		sub, err := toSubscription(s.ring, current)
 		if err != nil {
 			return err
 		}
@@ -167,7 +180,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 		}
 		// The id is the row's identity, not something an update may change.
 		sub.ID = id
-		row, err := subscriptionRow(sub)
+		row, err := subscriptionRow(s.ring, sub)
 		if err != nil {
 			return err
 		}
@@ -194,7 +207,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 		}
 		// Return what a later read returns: created_at is not updatable.
 		row.CreatedAt = current.CreatedAt
-		updated, err = toSubscription(row)
+		updated, err = toSubscription(s.ring, row)
 		return err
 	})
 	if err != nil {

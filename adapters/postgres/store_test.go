@@ -20,9 +20,13 @@ func TestStore(t *testing.T) {
 }
 
 // TestStoreWithoutBatchPool runs it on a Store that plans the batch
-// statements for every batch, on its one pool. Not alongside TestStore:
+// statements for every batch, on its one pool, and seals subscriptions'
+// secrets and headers (TestStore stores them in the clear), so every read
+// path of the contract opens what it reads. Not alongside TestStore:
 // the two suites' parallel subtests together would hold more connections
 // than PostgreSQL's default max_connections of 100 allows.
 func TestStoreWithoutBatchPool(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) ports.Store { return postgres.New(pgtest.NewPool(t)) })
+	storetest.Run(t, func(t *testing.T) ports.Store {
+		return postgres.New(pgtest.NewPool(t), postgres.Encryption(testRing(t, 1)))
+	})
 }

@@ -268,6 +268,89 @@ func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) err
 	return err
 }
 
+const rewriteSealedColumns = `-- name: RewriteSealedColumns :exec
+UPDATE subscriptions SET
+    secret = rewritten.secret,
+    previous_secret = rewritten.previous_secret,
+    headers = rewritten.headers
+FROM (
+    SELECT
+        unnest($1::text[]) AS id,
+        unnest($2::text[]) AS secret,
+        unnest($3::text[]) AS previous_secret,
+        unnest($4::jsonb[]) AS headers
+) AS rewritten
+WHERE subscriptions.id = rewritten.id
+`
+
+type RewriteSealedColumnsParams struct {
+	Ids             []string
+	Secrets         []string
+	PreviousSecrets []string
+	Headers         [][]byte
+}
+
+// Stores subscriptions' sealed columns sealed again, in one statement;
+// nothing else of theirs changes (updated_at included: what they say is
+// the same).
+func (q *Queries) RewriteSealedColumns(ctx context.Context, arg RewriteSealedColumnsParams) error {
+	_, err := q.db.Exec(ctx, rewriteSealedColumns,
+		arg.Ids,
+		arg.Secrets,
+		arg.PreviousSecrets,
+		arg.Headers,
+	)
+	return err
+}
+
+const sealedColumnsForUpdate = `-- name: SealedColumnsForUpdate :many
+SELECT id, secret, previous_secret, headers FROM subscriptions
+WHERE id > $1
+ORDER BY id
+LIMIT $2
+FOR UPDATE
+`
+
+type SealedColumnsForUpdateParams struct {
+	After   string
+	MaxRows int32
+}
+
+type SealedColumnsForUpdateRow struct {
+	ID             string
+	Secret         string
+	PreviousSecret string
+	Headers        []byte
+}
+
+// The sealed columns of up to max_rows subscriptions after @after in id
+// order, locked until the transaction ends so that no update of theirs
+// is lost while Reencrypt rewrites them.
+func (q *Queries) SealedColumnsForUpdate(ctx context.Context, arg SealedColumnsForUpdateParams) ([]SealedColumnsForUpdateRow, error) {
+	rows, err := q.db.Query(ctx, sealedColumnsForUpdate, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SealedColumnsForUpdateRow{}
+	for rows.Next() {
+		var i SealedColumnsForUpdateRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.Headers,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const updateSubscription = `-- name: UpdateSubscription :exec
 UPDATE subscriptions SET
     url = $1,
