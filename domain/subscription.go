@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -209,6 +210,9 @@ func ValidateEndpointURL(raw string) error {
 	if u.Hostname() == "" {
 		return fmt.Errorf("%q has no host", raw)
 	}
+	if AmbiguousNumericHost(u.Hostname()) {
+		return fmt.Errorf("host %q ends in a number but is not an IP address in standard form (such as 203.0.113.7)", u.Hostname())
+	}
 	if u.User != nil {
 		return fmt.Errorf("must not carry credentials; use headers instead")
 	}
@@ -216,6 +220,25 @@ func ValidateEndpointURL(raw string) error {
 		return fmt.Errorf("must not have a fragment")
 	}
 	return nil
+}
+
+// AmbiguousNumericHost reports whether host ends in a number without being
+// an IP address in standard form: 127.1, 2130706433, 0x7f.1, 017700000001,
+// 10.0.0.1. (trailing dot). URL parsers (WHATWG) read such a host as an
+// IPv4 address, and so do resolvers built on inet_aton (glibc's), while
+// Go's own resolver asks DNS for it: what it reaches depends on the
+// machine, so the SSRF guard could not tell what it checks. No DNS name
+// ends in an all-numeric label (RFC 3696 §2).
+func AmbiguousNumericHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return false
+	}
+	label := strings.TrimSuffix(host, ".")
+	label = label[strings.LastIndexByte(label, '.')+1:]
+	if hex, ok := strings.CutPrefix(strings.ToLower(label), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return label != "" && strings.Trim(label, "0123456789") == ""
 }
 
 func validHeaderName(name string) bool {
