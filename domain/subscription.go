@@ -19,7 +19,6 @@ const (
 	MaxEventTypes      = 100
 	MaxDescriptionLen  = 1024
 	MaxURLLength       = 2048
-	MaxHeaders         = 32
 )
 
 // DisabledGone is the disabled reason set when an endpoint answered 410 Gone.
@@ -117,14 +116,6 @@ func orDefault(v, def int) int {
 	return v
 }
 
-// reservedHeaders are set by Dispatch on every request; a subscription may
-// not override them.
-var reservedHeaders = map[string]bool{
-	"content-type": true, "content-length": true, "user-agent": true, "host": true,
-	"webhook-id": true, "webhook-timestamp": true, "webhook-signature": true,
-	"transfer-encoding": true, "connection": true,
-}
-
 // orderingRoots are the members of the event document an ordering key may
 // point into (see OrderingKeyFor).
 var orderingRoots = map[string]bool{"data": true, "ordering_key": true, "type": true, "source": true, "id": true}
@@ -173,19 +164,8 @@ func (s Subscription) Validate() error {
 	if s.Secret.IsZero() {
 		return invalid("secret", "is required")
 	}
-	if len(s.Headers) > MaxHeaders {
-		return invalid("headers", "must have at most %d entries, got %d", MaxHeaders, len(s.Headers))
-	}
-	for name, value := range s.Headers {
-		if !validHeaderName(name) {
-			return invalid("headers", "%q is not a valid header name", name)
-		}
-		if reservedHeaders[strings.ToLower(name)] {
-			return invalid("headers", "%q is set by Dispatch and cannot be overridden", name)
-		}
-		if strings.ContainsAny(value, "\r\n\x00") {
-			return invalid("headers", "value of %q must not contain CR, LF or NUL", name)
-		}
+	if err := ValidateHeaders(s.Headers); err != nil {
+		return err
 	}
 	return nil
 }
@@ -239,19 +219,6 @@ func AmbiguousNumericHost(host string) bool {
 		return strings.Trim(hex, "0123456789abcdef") == ""
 	}
 	return label != "" && strings.Trim(label, "0123456789") == ""
-}
-
-func validHeaderName(name string) bool {
-	if name == "" || len(name) > 256 {
-		return false
-	}
-	for _, c := range name {
-		// RFC 9110 token characters.
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
-			return false
-		}
-	}
-	return true
 }
 
 // Matches reports whether an event of type eventType should go to s.

@@ -46,9 +46,9 @@ func TestNewSubscriptionValidates(t *testing.T) {
 		{"pointer without slash", func(in *NewSubscriptionInput) { in.OrderingKey = "data/x" }, "ordering_key"},
 		{"pointer outside the event", func(in *NewSubscriptionInput) { in.OrderingKey = "/customer_id" }, "ordering_key"},
 		{"pointer below a string member", func(in *NewSubscriptionInput) { in.OrderingKey = "/type/x" }, "ordering_key"},
-		{"reserved header", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"Webhook-Id": "x"} }, "headers"},
+		{"reserved header", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"Webhook-Id": "x"} }, "headers.Webhook-Id"},
 		{"bad header name", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X Bad": "x"} }, "headers"},
-		{"header injection", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X-A": "a\r\nX-B: b"} }, "headers"},
+		{"header injection", func(in *NewSubscriptionInput) { in.Headers = map[string]string{"X-A": "a\r\nX-B: b"} }, "headers.X-A"},
 		{"too many headers", func(in *NewSubscriptionInput) { in.Headers = manyHeaders }, "headers"},
 		{"bad retry policy", func(in *NewSubscriptionInput) { in.RetryPolicy = &RetryPolicy{MaxAttempts: 1000} }, "retry_policy.max_attempts"},
 	}
