@@ -41,7 +41,10 @@ func (p Policy) Validate() error {
 
 // Permits reports whether a webhook may be sent to addr. An invalid
 // address is never permitted: the guard fails closed. An IPv4-mapped IPv6
-// address is matched against Allowed as the IPv4 address it is.
+// address is matched against Allowed as the IPv4 address it is; the other
+// IPv6 forms that carry an IPv4 address (NAT64, 6to4, ...) are not: an
+// allowed range speaks of the addresses Dispatch connects to itself, not
+// of those a translator would connect to for it.
 func (p Policy) Permits(addr netip.Addr) bool {
 	return p.refuses(addr) == ""
 }

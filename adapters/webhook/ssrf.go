@@ -81,10 +81,10 @@ var metadataAddrs = []netip.Addr{
 // destination: unspecified, loopback, private (RFC 1918, fc00::/7),
 // link-local (169.254/16 with cloud metadata services, fe80::/10),
 // multicast, broadcast, CGNAT (100.64/10), 0.0.0.0/8, other reserved
-// ranges, IPv6 outside 2000::/3, and the IPv6 forms that embed an IPv4 address: IPv4-mapped and
-// NAT64 (64:ff9b::/96) as the IPv4 address they carry, and
-// IPv4-translated, IPv4-compatible, local-use NAT64, 6to4 and Teredo
-// always. An invalid address is forbidden: the guard fails closed.
+// ranges, IPv6 outside 2000::/3, and the IPv6 forms that carry an IPv4
+// address: IPv4-mapped and NAT64 (64:ff9b::/96) as the IPv4 address they
+// carry, IPv4-translated, IPv4-compatible, local-use NAT64, 6to4 and
+// Teredo always. An invalid address is forbidden: the guard fails closed.
 // Policy.Permits makes exceptions to it.
 func ForbiddenAddress(ip netip.Addr) bool {
 	return forbiddenBecause(ip) != ""
