@@ -98,12 +98,17 @@ func (uc *Subscriptions) checkURL(ctx context.Context, rawURL string) error {
 		return nil
 	}
 	err := uc.Guard.CheckURL(ctx, rawURL)
+	var invalid *domain.ValidationError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &invalid):
+		return invalid
 	case errors.Is(err, domain.ErrForbiddenDestination):
 		return &domain.ValidationError{Field: "url", Message: err.Error()}
 	default:
-		return &domain.ValidationError{Field: "url", Message: "cannot be resolved: " + err.Error()}
+		// The resolver's words name the DNS server it asked, an address
+		// of Dispatch's own network; the caller learns only the class.
+		return &domain.ValidationError{Field: "url", Message: "host could not be resolved"}
 	}
 }

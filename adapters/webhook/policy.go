@@ -41,32 +41,34 @@ func (p Policy) Validate() error {
 
 // Permits reports whether a webhook may be sent to addr. An invalid
 // address is never permitted: the guard fails closed. An IPv4-mapped IPv6
-// address is matched against Allowed as the IPv4 address it is.
+// address is matched against Allowed as the IPv4 address it is; the other
+// IPv6 forms that carry an IPv4 address (NAT64, 6to4, ...) are not: an
+// allowed range speaks of the addresses Dispatch connects to itself, not
+// of those a translator would connect to for it.
 func (p Policy) Permits(addr netip.Addr) bool {
-	return p.refusal(addr) == nil
+	return p.refuses(addr) == ""
 }
 
-// refusal returns nil when p permits addr, and otherwise an error wrapping
-// domain.ErrForbiddenDestination that names the address and why it is
-// refused.
-func (p Policy) refusal(addr netip.Addr) error {
+// refuses returns "" when p permits addr, and otherwise the kind of
+// address that makes it refused.
+func (p Policy) refuses(addr netip.Addr) string {
 	if !addr.IsValid() {
-		return fmt.Errorf("%w: invalid address", domain.ErrForbiddenDestination)
+		return "invalid"
 	}
 	if p.AllowPrivate {
-		return nil
+		return ""
 	}
 	why := forbiddenBecause(addr)
 	if why == "" {
-		return nil
+		return ""
 	}
 	bare := addr.WithZone("").Unmap()
 	for _, allowed := range p.Allowed {
 		if allowed.Contains(bare) {
-			return nil
+			return ""
 		}
 	}
-	return fmt.Errorf("%w: %s (%s)", domain.ErrForbiddenDestination, addr, why)
+	return why
 }
 
 // CheckURL is the package-level CheckURL with p deciding which addresses
@@ -76,16 +78,20 @@ func (p Policy) CheckURL(ctx context.Context, resolver Resolver, rawURL string) 
 	return checkURL(ctx, resolver, rawURL, p)
 }
 
+// errDialRefused is the connect-time refusal. It names no address and no
+// kind: the address is what the endpoint's name resolved to just now.
+var errDialRefused = &refusedDestination{text: domain.ErrForbiddenDestination.Error() + ": " + refusedClass}
+
 // controlDial is a net.Dialer Control function: it runs after DNS
 // resolution, on the exact address about to be connected, so neither a
 // hostname that resolves to an internal address nor DNS rebinding between
 // the create-time check and the connection gets through.
 func (p Policy) controlDial(_, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: cannot parse dialled address %q", domain.ErrForbiddenDestination, address)
+	if err != nil || p.refuses(ap.Addr()) != "" {
+		return errDialRefused
 	}
-	return p.refusal(ap.Addr())
+	return nil
 }
 
 // ParseAllowedTargets parses a comma-separated list of CIDR ranges and

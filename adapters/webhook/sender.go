@@ -109,6 +109,13 @@ func NewSender(opts SenderOptions) *Sender {
 			// guard, which sees each address after resolution. There is
 			// no proxy: the guard must see the endpoint's own address.
 			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+				if dialer.Control != nil {
+					// Such a host resolves differently from machine to
+					// machine; the guard cannot know what it checks.
+					if host, _, err := net.SplitHostPort(addr); err != nil || domain.AmbiguousNumericHost(host) {
+						return nil, errDialRefused
+					}
+				}
 				d := *dialer
 				d.Timeout = timeout // what is left of the request's time
 				c, err := d.Dial("tcp", addr)
@@ -235,19 +242,57 @@ func readBody(resp *fasthttp.Response) []byte {
 	return body
 }
 
-// transportError wraps a failure to get an answer. A timeout wraps
-// context.DeadlineExceeded, as a request that ran out of its context's
-// time does.
+// transportError wraps a failure to get an answer, told without addresses
+// (withoutAddresses). A timeout wraps context.DeadlineExceeded, as a
+// request that ran out of its context's time does.
 func transportError(err error, elapsed time.Duration) error {
 	var netErr net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrTLSHandshakeTimeout),
 		errors.As(err, &netErr) && netErr.Timeout():
-		return fmt.Errorf("webhook: no response after %s: %w (%w)", elapsed.Round(time.Millisecond), context.DeadlineExceeded, err)
+		return fmt.Errorf("webhook: no response after %s: %w (%w)", elapsed.Round(time.Millisecond), context.DeadlineExceeded, withoutAddresses(err))
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return fmt.Errorf("webhook: every connection to the host is busy: %w", err)
 	}
-	return fmt.Errorf("webhook: %w", err)
+	return fmt.Errorf("webhook: %w", withoutAddresses(err))
+}
+
+// addressFree is a transport failure whose text names no IP address and
+// no DNS server: it is stored as the attempt's error, which the API shows
+// to the subscription's owner, who must not learn what the endpoint's name
+// resolved to (SSRF probing) nor the addresses of Dispatch's own network.
+// It unwraps to the original error, so errors.Is and errors.As still see
+// the *net.OpError, the syscall error or the guard's refusal.
+type addressFree struct {
+	text string
+	err  error
+}
+
+func (e *addressFree) Error() string { return e.text }
+func (e *addressFree) Unwrap() error { return e.err }
+
+// withoutAddresses retells err without the addresses net's errors carry:
+// an OpError's source and destination ("dial tcp 10.0.0.7:443: ...") and
+// a DNSError's server ("lookup h on 10.0.0.2:53: ...").
+func withoutAddresses(err error) error {
+	var op *net.OpError
+	var dns *net.DNSError
+	if !errors.As(err, &op) && !errors.As(err, &dns) {
+		return err
+	}
+	return &addressFree{text: describeWithoutAddresses(err), err: err}
+}
+
+func describeWithoutAddresses(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) { // inside a dial's OpError when the name did not resolve
+		return "lookup " + dns.Name + ": " + dns.Err
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Op + " " + op.Net + ": " + describeWithoutAddresses(op.Err)
+	}
+	return err.Error()
 }
 
 // CloseIdleConnections closes the kept-alive connections (at shutdown, or

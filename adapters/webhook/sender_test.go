@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -494,8 +495,88 @@ func TestSendAllowListPermitsOnlyItsRanges(t *testing.T) {
 	other := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
 	_, err = other.Send(t.Context(), req)
 	require.ErrorIs(t, err, domain.ErrForbiddenDestination)
-	assert.ErrorContains(t, err, "destination address is not allowed: 127.0.0.1 (loopback)")
+	assert.ErrorContains(t, err, "destination address is not allowed: a private, loopback or reserved address")
+	assert.Empty(t, addressIn(err.Error()), "the refusal names no address: %v", err)
 	assert.EqualValues(t, 1, e.newConns.Load(), "only the allowed sender connected")
+}
+
+// addressIn returns the first IP address (with or without a port) in
+// text, or "" when there is none.
+func addressIn(text string) string {
+	isAddrChar := func(r rune) bool {
+		return r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F' || strings.ContainsRune(".:[]%", r)
+	}
+	for _, tok := range strings.FieldsFunc(text, func(r rune) bool { return !isAddrChar(r) }) {
+		tok = strings.Trim(tok, ".:")
+		if _, err := netip.ParseAddrPort(tok); err == nil {
+			return tok
+		}
+		if _, err := netip.ParseAddr(strings.Trim(tok, "[]")); err == nil {
+			return tok
+		}
+	}
+	return ""
+}
+
+// TestSendErrorsNameNoAddress checks that a failed send's error, which
+// becomes the attempt's error shown by the API, tells neither what the
+// endpoint's name resolved to nor the DNS server asked, while still
+// wrapping the transport error.
+func TestSendErrorsNameNoAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	e := newEndpoint(t, func(http.ResponseWriter, *http.Request) {})
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.URL, "http://"))
+	require.NoError(t, err)
+
+	open := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
+	guarded := newSender(t, webhook.SenderOptions{})
+	tests := []struct {
+		name   string
+		sender *webhook.Sender
+		url    string
+	}{
+		{"connection refused", open, fmt.Sprintf("http://localhost:%d/", closedPort)},
+		{"name that does not resolve", open, "http://nowhere.invalid/"},
+		{"name resolving to loopback", guarded, "http://localhost:" + port + "/"},
+		{"loopback literal", guarded, e.URL},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { // not parallel: the count below follows them
+			_, err := tc.sender.Send(t.Context(), ports.WebhookRequest{URL: tc.url, Body: []byte("{}"), Timeout: 5 * time.Second})
+			require.Error(t, err)
+			assert.Empty(t, addressIn(err.Error()), "the error names an address: %v", err)
+			var netErr net.Error
+			if tc.sender == open {
+				assert.True(t, errors.As(err, &netErr), "the transport error is still wrapped: %v", err)
+			} else {
+				assert.ErrorIs(t, err, domain.ErrForbiddenDestination)
+			}
+		})
+	}
+	assert.Zero(t, e.newConns.Load(), "the guard refuses before connecting")
+}
+
+// TestSendRefusesHostsEndingInANumber checks the connect-time guard on
+// hosts such as 127.1 or 2130706433: glibc's resolver reads them as IPv4
+// addresses and Go's asks DNS, so the guard refuses them before either
+// can, on every machine alike.
+func TestSendRefusesHostsEndingInANumber(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.URL, "http://"))
+	require.NoError(t, err)
+	guarded := newSender(t, webhook.SenderOptions{})
+	for _, host := range []string{"127.1", "2130706433", "0x7f000001", "0x7f.1", "017700000001", "0177.0.0.1", "127.0.0.1."} {
+		t.Run(host, func(t *testing.T) { // not parallel: the count below follows them
+			_, err := guarded.Send(t.Context(), ports.WebhookRequest{URL: "http://" + host + ":" + port + "/", Body: []byte("{}"), Timeout: 5 * time.Second})
+			assert.ErrorIs(t, err, domain.ErrForbiddenDestination)
+		})
+	}
+	assert.Zero(t, e.newConns.Load(), "nothing reached the endpoint")
 }
 
 func BenchmarkSend(b *testing.B) {
