@@ -261,8 +261,13 @@ type Event struct {
 	// Data The event's payload: any JSON object.
 	//
 	// Example: {"amount":4200,"order_id":"ord_123"}
-	Data       json.RawMessage    `json:"data"`
+	Data json.RawMessage `json:"data"`
+
+	// Deliveries One page of the event's deliveries, in subscription id order.
 	Deliveries *[]DeliverySummary `json:"deliveries"`
+
+	// DeliveriesNextCursor Pass as cursor to get the next page of deliveries; null on the last page.
+	DeliveriesNextCursor *string `json:"deliveries_next_cursor"`
 
 	// Id Example: evt_01JD6Z7Q2M3N4P5Q6R7S8T9V0W
 	Id          string  `json:"id"`
@@ -576,6 +581,24 @@ type PublishEventParams struct {
 	XIdempotencyKey *string `json:"X-Idempotency-Key,omitempty"`
 }
 
+// GetEventParams defines parameters for GetEvent.
+type GetEventParams struct {
+	// Limit Deliveries per page.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor deliveries_next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListEventAttemptsParams defines parameters for ListEventAttempts.
+type ListEventAttemptsParams struct {
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListSubscriptionsParams defines parameters for ListSubscriptions.
 type ListSubscriptionsParams struct {
 	// Limit Page size.
@@ -723,17 +746,17 @@ type ClientInterface interface {
 
 	// GetEvent Get an event
 	//
-	// The event, its status, and each delivery's status.
+	// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 	//
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-	GetEvent(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetEvent(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEventAttempts List an event's attempts
 	//
-	// Every attempt of every delivery of the event.
+	// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 	//
 	// Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-	ListEventAttempts(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListEventAttempts(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSubscriptions List subscriptions
 	//
@@ -953,11 +976,11 @@ func (c *Client) PublishEvent(ctx context.Context, params *PublishEventParams, b
 
 // GetEvent Get an event
 //
-// The event, its status, and each delivery's status.
+// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 //
 // Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetEventRequest(c.Server, id)
+func (c *Client) GetEvent(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -970,11 +993,11 @@ func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestE
 
 // ListEventAttempts List an event's attempts
 //
-// Every attempt of every delivery of the event.
+// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 //
 // Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-func (c *Client) ListEventAttempts(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListEventAttemptsRequest(c.Server, id)
+func (c *Client) ListEventAttempts(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventAttemptsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1494,7 +1517,7 @@ func NewPublishEventRequestWithBody(server string, params *PublishEventParams, c
 }
 
 // NewGetEventRequest constructs an http.Request for the GetEvent method
-func NewGetEventRequest(server string, id string) (*http.Request, error) {
+func NewGetEventRequest(server string, id string, params *GetEventParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1519,6 +1542,45 @@ func NewGetEventRequest(server string, id string) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -1528,7 +1590,7 @@ func NewGetEventRequest(server string, id string) (*http.Request, error) {
 }
 
 // NewListEventAttemptsRequest constructs an http.Request for the ListEventAttempts method
-func NewListEventAttemptsRequest(server string, id string) (*http.Request, error) {
+func NewListEventAttemptsRequest(server string, id string, params *ListEventAttemptsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1551,6 +1613,45 @@ func NewListEventAttemptsRequest(server string, id string) (*http.Request, error
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2013,21 +2114,21 @@ type ClientWithResponsesInterface interface {
 
 	// GetEventWithResponse Get an event
 	//
-	// The event, its status, and each delivery's status.
+	// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-	GetEventWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
+	GetEventWithResponse(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
 
 	// ListEventAttemptsWithResponse List an event's attempts
 	//
-	// Every attempt of every delivery of the event.
+	// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-	ListEventAttemptsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error)
+	ListEventAttemptsWithResponse(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error)
 
 	// ListSubscriptionsWithResponse List subscriptions
 	//
@@ -2485,8 +2586,16 @@ type GetEventResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Event
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2494,9 +2603,29 @@ func (r GetEventResponse) GetJSON200() *Event {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r GetEventResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -2533,8 +2662,16 @@ type ListEventAttemptsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ListAttempt
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2542,9 +2679,29 @@ func (r ListEventAttemptsResponse) GetJSON200() *ListAttempt {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r ListEventAttemptsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -3054,13 +3211,13 @@ func (c *ClientWithResponses) PublishEventWithResponse(ctx context.Context, para
 
 // GetEventWithResponse Get an event
 //
-// The event, its status, and each delivery's status.
+// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetEventResponse, error) {
-	rsp, err := c.GetEvent(ctx, id, reqEditors...)
+func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*GetEventResponse, error) {
+	rsp, err := c.GetEvent(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3069,13 +3226,13 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id strin
 
 // ListEventAttemptsWithResponse List an event's attempts
 //
-// Every attempt of every delivery of the event.
+// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-func (c *ClientWithResponses) ListEventAttemptsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error) {
-	rsp, err := c.ListEventAttempts(ctx, id, reqEditors...)
+func (c *ClientWithResponses) ListEventAttemptsWithResponse(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error) {
+	rsp, err := c.ListEventAttempts(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3541,12 +3698,40 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -3574,12 +3759,40 @@ func ParseListEventAttemptsResponse(rsp *http.Response) (*ListEventAttemptsRespo
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 

@@ -8,11 +8,22 @@ import (
 )
 
 // Page asks for one page of a list ordered by id (ids sort by creation
-// time). After is the last id of the previous page ("" for the first);
-// Limit is at least 1.
+// time), or by the key the method names. After is the last key of the
+// previous page ("" for the first); Limit is at least 1.
 type Page struct {
 	After string
 	Limit int
+}
+
+// AttemptPage asks for one page of an event's attempts, which are ordered
+// by subscription id then attempt number (an event has at most one
+// delivery per subscription). AfterSubscription and AfterAttempt are the
+// last attempt of the previous page ("" and 0 for the first); Limit is at
+// least 1.
+type AttemptPage struct {
+	AfterSubscription string
+	AfterAttempt      int
+	Limit             int
 }
 
 // SubscriptionStore keeps subscriptions. All methods are safe for concurrent
@@ -153,12 +164,16 @@ type DeliveryStore interface {
 	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) (next []string, err error)
 	// GetDelivery returns domain.ErrNotFound when id does not exist.
 	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
-	// EventDeliveries returns every delivery of eventID in id order (none if
-	// the event has none or does not exist).
-	EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error)
-	// EventAttempts returns every attempt of every delivery of eventID,
-	// ordered by delivery id then attempt number.
-	EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error)
+	// EventDeliveries returns up to p.Limit deliveries of eventID whose
+	// subscription id is above p.After, in subscription id order (none if
+	// the event has none or does not exist). The order is the one the
+	// (event, subscription) uniqueness already indexes, so a page of an
+	// event with any number of deliveries reads only that page.
+	EventDeliveries(ctx context.Context, eventID string, p Page) ([]domain.Delivery, error)
+	// EventAttempts returns up to p.Limit attempts of the deliveries of
+	// eventID that come after (p.AfterSubscription, p.AfterAttempt),
+	// ordered by subscription id then attempt number.
+	EventAttempts(ctx context.Context, eventID string, p AttemptPage) ([]domain.Attempt, error)
 	// ReleaseDelivery stores a claimed delivery's new state without an
 	// attempt: a postponement (throttled, circuit open: status back to
 	// pending or retrying, a later NextAttemptAt, a Reason) or a settlement
@@ -176,11 +191,16 @@ type DeliveryStore interface {
 	// it does not exist, and domain.ErrConflict when it is pending,
 	// delivering or delivered.
 	RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error)
-	// RecoverDeliveries does what RetryDelivery does to every dead delivery
-	// of subscriptionID whose last update (the moment it died) is at or after
-	// since, and returns their ids. Returns domain.ErrNotFound when the
-	// subscription does not exist.
-	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error)
+	// RecoverDeliveries is one batch of a subscription's recovery, in one
+	// short transaction: it looks at up to p.Limit dead deliveries of
+	// subscriptionID with id above p.After whose last update (the moment
+	// they died) is at or after since, in id order, and does what
+	// RetryDelivery does to those still dead. The caller passes Next as
+	// the following batch's p.After until it is "", so a recovery of any
+	// size holds no lock for longer than one batch, and a delivery that
+	// dies again meanwhile is not recovered twice. Returns
+	// domain.ErrNotFound when the subscription does not exist.
+	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p Page) (Recovered, error)
 	// ListDeliveries returns up to p.Limit deliveries matching f with id >
 	// p.After, in id order. Zero fields of f match everything.
 	ListDeliveries(ctx context.Context, f DeliveryFilter, p Page) ([]domain.Delivery, error)
@@ -204,6 +224,16 @@ type DeliveryFilter struct {
 	SubscriptionID string
 	EventID        string
 	Status         domain.DeliveryStatus
+}
+
+// Recovered is one batch of DeliveryStore.RecoverDeliveries.
+type Recovered struct {
+	// IDs are the deliveries made due again, in id order.
+	IDs []string
+	// Next is the last delivery the batch looked at, where the next batch
+	// starts; "" when the batch found fewer than its limit, so none
+	// follows.
+	Next string
 }
 
 // InlineFanOut decides the deliveries of a new event from the active

@@ -517,23 +517,31 @@ func (s *Store) retry(d *storedDelivery, now time.Time) {
 }
 
 // RecoverDeliveries implements ports.DeliveryStore.
-func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
+func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
+	if p.Limit < 1 {
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: limit must be at least 1, got %d", subscriptionID, p.Limit)
+	}
 	since, now = normalizeTime(since), normalizeTime(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.subscriptions[subscriptionID]; !ok {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
-	ids := []string{}
+	out := ports.Recovered{IDs: []string{}}
+	scanned := 0
 	for _, id := range slices.Sorted(maps.Keys(s.deliveries)) {
 		d := s.deliveries[id]
-		if d.delivery.SubscriptionID != subscriptionID || d.delivery.Status != domain.DeliveryDead || d.delivery.UpdatedAt.Before(since) {
+		if id <= p.After || d.delivery.SubscriptionID != subscriptionID || d.delivery.Status != domain.DeliveryDead || d.delivery.UpdatedAt.Before(since) {
 			continue
 		}
 		s.retry(d, now)
-		ids = append(ids, id)
+		out.IDs = append(out.IDs, id)
+		if scanned++; scanned == p.Limit {
+			out.Next = id
+			break
+		}
 	}
-	return ids, nil
+	return out, nil
 }
 
 // ListDeliveries implements ports.DeliveryStore.
@@ -597,26 +605,57 @@ func (s *Store) GetDelivery(_ context.Context, id string) (domain.Delivery, erro
 }
 
 // EventDeliveries implements ports.DeliveryStore.
-func (s *Store) EventDeliveries(_ context.Context, eventID string) ([]domain.Delivery, error) {
+func (s *Store) EventDeliveries(_ context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := slices.Sorted(slices.Values(s.eventDeliveries[eventID]))
-	out := make([]domain.Delivery, len(ids))
-	for i, id := range ids {
-		out[i] = s.deliveries[id].delivery
+	out := []domain.Delivery{}
+	for _, d := range s.bySubscription(eventID) {
+		if len(out) == p.Limit {
+			break
+		}
+		if d.SubscriptionID > p.After {
+			out = append(out, d)
+		}
 	}
 	return out, nil
 }
 
 // EventAttempts implements ports.DeliveryStore.
-func (s *Store) EventAttempts(_ context.Context, eventID string) ([]domain.Attempt, error) {
+func (s *Store) EventAttempts(_ context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []domain.Attempt{}
-	for _, id := range slices.Sorted(slices.Values(s.eventDeliveries[eventID])) {
-		out = append(out, s.attempts[id]...)
+	for _, d := range s.bySubscription(eventID) {
+		if d.SubscriptionID < p.AfterSubscription {
+			continue
+		}
+		for _, a := range s.attempts[d.ID] {
+			if len(out) == p.Limit {
+				return out, nil
+			}
+			if d.SubscriptionID > p.AfterSubscription || a.Number > p.AfterAttempt {
+				out = append(out, a)
+			}
+		}
 	}
 	return out, nil
+}
+
+// bySubscription returns the deliveries of eventID in subscription id
+// order; s.mu is held.
+func (s *Store) bySubscription(eventID string) []domain.Delivery {
+	out := make([]domain.Delivery, 0, len(s.eventDeliveries[eventID]))
+	for _, id := range s.eventDeliveries[eventID] {
+		out = append(out, s.deliveries[id].delivery)
+	}
+	slices.SortFunc(out, func(a, b domain.Delivery) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
+	return out
 }
 
 // DueDeliveries implements ports.DeliveryStore.

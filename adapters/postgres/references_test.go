@@ -121,7 +121,7 @@ func TestInlineFanOutWaitsForADeletionAndMatchesAgain(t *testing.T) {
 	commit()
 	res := <-done
 	require.NoError(t, res.err)
-	ds, err := f.store.EventDeliveries(t.Context(), e.ID)
+	ds, err := f.store.EventDeliveries(t.Context(), e.ID, ports.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "matched again without the deleted subscription")
 	assert.Equal(t, kept.ID, ds[0].SubscriptionID)

@@ -438,20 +438,29 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (do
 }
 
 // RecoverDeliveries implements ports.DeliveryStore with one statement (see
-// the RecoverDeliveries query).
-func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
-	row, err := s.queries.RecoverDeliveries(ctx, sqlcgen.RecoverDeliveriesParams{
+// the RecoverDeliveriesBatch query).
+func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
+	if p.Limit < 1 {
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: limit must be at least 1, got %d", subscriptionID, p.Limit)
+	}
+	row, err := s.queries.RecoverDeliveriesBatch(ctx, sqlcgen.RecoverDeliveriesBatchParams{
 		SubscriptionID: subscriptionID,
 		Since:          since,
+		After:          p.After,
+		MaxRows:        int32(p.Limit),
 		Now:            now,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, interpretError(err))
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, interpretError(err))
 	}
 	if !row.SubscriptionFound {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
-	return nonNil(row.Ids), nil
+	out := ports.Recovered{IDs: nonNil(row.Ids)}
+	if int(row.Scanned) == p.Limit {
+		out.Next = row.LastID
+	}
+	return out, nil
 }
 
 // ListDeliveries implements ports.DeliveryStore. The query is planned with
@@ -512,8 +521,13 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (domain.Delivery, er
 }
 
 // EventDeliveries implements ports.DeliveryStore.
-func (s *Store) EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error) {
-	rows, err := s.queries.EventDeliveries(ctx, eventID)
+func (s *Store) EventDeliveries(ctx context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
+	rows, err := s.queries.EventDeliveriesPage(ctx, sqlcgen.EventDeliveriesPageParams{
+		EventID: eventID, AfterSubscription: p.After, MaxRows: int32(p.Limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of event %s: %w", eventID, interpretError(err))
 	}
@@ -525,8 +539,13 @@ func (s *Store) EventDeliveries(ctx context.Context, eventID string) ([]domain.D
 }
 
 // EventAttempts implements ports.DeliveryStore.
-func (s *Store) EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error) {
-	rows, err := s.queries.EventAttempts(ctx, eventID)
+func (s *Store) EventAttempts(ctx context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
+	rows, err := s.queries.EventAttemptsPage(ctx, sqlcgen.EventAttemptsPageParams{
+		EventID: eventID, AfterSubscription: p.AfterSubscription, AfterAttempt: int32(p.AfterAttempt), MaxRows: int32(p.Limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of event %s: %w", eventID, interpretError(err))
 	}
