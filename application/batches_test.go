@@ -2,6 +2,7 @@ package application_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -26,6 +27,13 @@ func (b *batchWatch) RecoverDeliveries(ctx context.Context, sub string, since, n
 	b.limits = append(b.limits, p.Limit)
 	b.mu.Unlock()
 	return b.Store.RecoverDeliveries(ctx, sub, since, now, p)
+}
+
+func (b *batchWatch) DeleteSubscription(ctx context.Context, id string, batch int) (bool, error) {
+	b.mu.Lock()
+	b.limits = append(b.limits, batch)
+	b.mu.Unlock()
+	return b.Store.DeleteSubscription(ctx, id, batch)
 }
 
 // settled fans one new event out to sub and settles its delivery with one
@@ -101,5 +109,37 @@ func TestRecoverWorksInBoundedBatches(t *testing.T) {
 		if err != nil || d.Status != domain.DeliveryRetrying {
 			t.Errorf("delivery %s: %v %v, want retrying", id, d.Status, err)
 		}
+	}
+}
+
+// TestDeleteWorksInBoundedBatches: deleting a subscription removed all its
+// deliveries and attempts in one transaction, however many there were.
+func TestDeleteWorksInBoundedBatches(t *testing.T) {
+	t.Parallel()
+	store := &batchWatch{Store: memory.NewStore()}
+	clock := newClock()
+	subs := &application.Subscriptions{Store: store, Clock: clock, DeleteBatch: 2}
+	sub, err := subs.Create(context.Background(), domain.NewSubscriptionInput{URL: "https://example.com/hook", EventTypes: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 5 {
+		ids = append(ids, settled(t, store, sub, domain.DeliveryDead, clock.Now()).ID)
+	}
+
+	if err := subs.Delete(context.Background(), sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(store.limits) < 3 || slices.ContainsFunc(store.limits, func(l int) bool { return l != 2 }) {
+		t.Errorf("batch limits %v, want at least 3 batches of 2", store.limits)
+	}
+	for _, id := range ids {
+		if _, err := store.GetDelivery(context.Background(), id); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("delivery %s: %v, want deleted", id, err)
+		}
+	}
+	if err := subs.Delete(context.Background(), sub.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("second delete: %v, want not found", err)
 	}
 }

@@ -785,7 +785,7 @@ type ClientInterface interface {
 
 	// DeleteSubscription Delete a subscription
 	//
-	// Deletes the subscription with its deliveries and their attempts.
+	// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 	//
 	// Corresponds with DELETE /v1/subscriptions/{id} (the `DeleteSubscription` operationId).
 	DeleteSubscription(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -815,7 +815,7 @@ type ClientInterface interface {
 
 	// RecoverSubscriptionWithBody Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -824,7 +824,7 @@ type ClientInterface interface {
 
 	// RecoverSubscription Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1065,7 +1065,7 @@ func (c *Client) CreateSubscription(ctx context.Context, body CreateSubscription
 
 // DeleteSubscription Delete a subscription
 //
-// Deletes the subscription with its deliveries and their attempts.
+// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 //
 // Corresponds with DELETE /v1/subscriptions/{id} (the `DeleteSubscription` operationId).
 func (c *Client) DeleteSubscription(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1135,7 +1135,7 @@ func (c *Client) UpdateSubscription(ctx context.Context, id string, body UpdateS
 
 // RecoverSubscriptionWithBody Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1154,7 +1154,7 @@ func (c *Client) RecoverSubscriptionWithBody(ctx context.Context, id string, con
 
 // RecoverSubscription Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2159,7 +2159,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteSubscriptionWithResponse Delete a subscription
 	//
-	// Deletes the subscription with its deliveries and their attempts.
+	// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2193,7 +2193,7 @@ type ClientWithResponsesInterface interface {
 
 	// RecoverSubscriptionWithBodyWithResponse Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2202,7 +2202,7 @@ type ClientWithResponsesInterface interface {
 
 	// RecoverSubscriptionWithResponse Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3286,7 +3286,7 @@ func (c *ClientWithResponses) CreateSubscriptionWithResponse(ctx context.Context
 
 // DeleteSubscriptionWithResponse Delete a subscription
 //
-// Deletes the subscription with its deliveries and their attempts.
+// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3344,7 +3344,7 @@ func (c *ClientWithResponses) UpdateSubscriptionWithResponse(ctx context.Context
 
 // RecoverSubscriptionWithBodyWithResponse Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3359,7 +3359,7 @@ func (c *ClientWithResponses) RecoverSubscriptionWithBodyWithResponse(ctx contex
 
 // RecoverSubscriptionWithResponse Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

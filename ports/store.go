@@ -43,10 +43,22 @@ type SubscriptionStore interface {
 	// domain.ErrNotFound when id does not exist.
 	UpdateSubscription(ctx context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error)
 	// DeleteSubscription removes id together with its deliveries and their
-	// attempts, and rolls up the status of the events those deliveries
-	// belonged to (an event whose other deliveries are all terminal becomes
-	// delivered or failed). Returns domain.ErrNotFound when id does not exist.
-	DeleteSubscription(ctx context.Context, id string) error
+	// attempts, in steps of at most batch deliveries, each its own short
+	// transaction: the caller calls it again until it returns done. The
+	// first call marks the subscription deleted; from then on every read
+	// treats it as gone (GetSubscription, UpdateSubscription and
+	// RecoverDeliveries return domain.ErrNotFound, ListSubscriptions leaves
+	// it out), it is no longer active (ActiveSubscriptions leaves it out, and
+	// a claim of one of its deliveries returns it inactive), and a change to
+	// subscriptions is recorded as for any update. Each call then deletes up
+	// to batch of its deliveries with their attempts, and rolls up the
+	// status of their events (an event whose other deliveries are all
+	// terminal becomes delivered or failed); once none is left it deletes
+	// the subscription and returns done. A deletion interrupted midway
+	// leaves the subscription marked, and calling DeleteSubscription again
+	// resumes it. Returns domain.ErrNotFound when id does not exist (also
+	// once its deletion is done).
+	DeleteSubscription(ctx context.Context, id string, batch int) (done bool, err error)
 	// ActiveSubscriptions returns every active subscription. Fan-out matches
 	// event types against them in memory.
 	ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error)

@@ -12,16 +12,18 @@ INSERT INTO subscriptions (
 );
 
 -- name: GetSubscription :one
-SELECT * FROM subscriptions WHERE id = @id;
+-- A subscription being deleted (migration 00013) reads as gone.
+SELECT * FROM subscriptions WHERE id = @id AND deleted_at IS NULL;
 
 -- name: GetSubscriptionForUpdate :one
 -- Locks the row until the transaction ends, so concurrent updates of one
--- subscription apply one after the other.
-SELECT * FROM subscriptions WHERE id = @id FOR UPDATE;
+-- subscription apply one after the other. One being deleted is gone (the
+-- condition is re-checked once the lock is held).
+SELECT * FROM subscriptions WHERE id = @id AND deleted_at IS NULL FOR UPDATE;
 
 -- name: ListSubscriptions :many
 SELECT * FROM subscriptions
-WHERE id > @after
+WHERE id > @after AND deleted_at IS NULL
 ORDER BY id
 LIMIT @max_rows;
 

@@ -161,3 +161,42 @@ func TestEventPagesRefuseBadCursorsAndLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestAnInterruptedDeleteHidesTheSubscriptionAndDeleteFinishesIt: a
+// deletion that stopped after its first batch (the process died) leaves
+// the subscription gone to every read, and deleting it again finishes it.
+func TestAnInterruptedDeleteHidesTheSubscriptionAndDeleteFinishesIt(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	_, subIDs := s.eventWithDeliveries(t, 1)
+	sub := subIDs[0]
+	_, ev := s.do(t, "POST", "/v1/events", `{"type":"a","source":"s","data":{}}`)
+	now := time.Now()
+	second := domain.Delivery{
+		ID: domain.MustNewID(domain.DeliveryIDPrefix, now), EventID: ev["id"].(string), SubscriptionID: sub,
+		Status: domain.DeliveryPending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	if _, err := s.store.CreateDeliveries(context.Background(), []ports.FanOut{{EventID: second.EventID, Deliveries: []domain.Delivery{second}}}); err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.store.DeleteSubscription(context.Background(), sub, 1)
+	if err != nil || done {
+		t.Fatalf("first batch: done %v, err %v; want an unfinished deletion", done, err)
+	}
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/v1/subscriptions/" + sub, ""},
+		{"GET", "/v1/subscriptions/" + sub + "/secret", ""},
+		{"PATCH", "/v1/subscriptions/" + sub, `{"description":"back"}`},
+		{"POST", "/v1/subscriptions/" + sub + "/recover", `{"since":"2020-01-01T00:00:00Z"}`},
+	} {
+		if res, body := s.do(t, tc.method, tc.path, tc.body); res.StatusCode != 404 {
+			t.Errorf("%s %s during the deletion: %d %v, want 404", tc.method, tc.path, res.StatusCode, body)
+		}
+	}
+	if res, _ := s.do(t, "DELETE", "/v1/subscriptions/"+sub, ""); res.StatusCode != 204 {
+		t.Errorf("delete resuming the deletion: %d, want 204", res.StatusCode)
+	}
+	if res, _ := s.do(t, "DELETE", "/v1/subscriptions/"+sub, ""); res.StatusCode != 404 {
+		t.Errorf("delete once deleted: %d, want 404", res.StatusCode)
+	}
+}

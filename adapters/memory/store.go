@@ -22,7 +22,10 @@ var _ ports.Store = (*Store)(nil)
 type Store struct {
 	mu            sync.Mutex
 	subscriptions map[string]domain.Subscription
-	events        map[string]*storedEvent
+	// deleting holds the subscriptions whose deletion is under way: every
+	// read treats them as gone.
+	deleting map[string]bool
+	events   map[string]*storedEvent
 	// idempotencyKeys maps a key to the id of the event that owns it.
 	idempotencyKeys map[string]string
 	deliveries      map[string]*storedDelivery
@@ -52,6 +55,7 @@ type storedDelivery struct {
 func NewStore() *Store {
 	return &Store{
 		subscriptions:   map[string]domain.Subscription{},
+		deleting:        map[string]bool{},
 		events:          map[string]*storedEvent{},
 		idempotencyKeys: map[string]string{},
 		deliveries:      map[string]*storedDelivery{},
@@ -79,7 +83,7 @@ func (s *Store) GetSubscription(_ context.Context, id string) (domain.Subscripti
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subscriptions[id]
-	if !ok {
+	if !ok || s.deleting[id] {
 		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, domain.ErrNotFound)
 	}
 	return copySubscription(sub), nil
@@ -92,7 +96,7 @@ func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Sub
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(s.subscriptions))
+	ids := slices.DeleteFunc(slices.Sorted(maps.Keys(s.subscriptions)), func(id string) bool { return s.deleting[id] })
 	start, _ := slices.BinarySearch(ids, p.After)
 	if start < len(ids) && ids[start] == p.After {
 		start++
@@ -130,7 +134,7 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	current, ok := s.subscriptions[id]
-	if !ok {
+	if !ok || s.deleting[id] {
 		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, domain.ErrNotFound)
 	}
 	sub := copySubscription(current)
@@ -144,28 +148,45 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 }
 
 // DeleteSubscription implements ports.SubscriptionStore.
-func (s *Store) DeleteSubscription(_ context.Context, id string) error {
+func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (bool, error) {
+	if batch < 1 {
+		return false, fmt.Errorf("delete subscription %s: batch must be at least 1, got %d", id, batch)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.subscriptions[id]; !ok {
-		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
+	sub, ok := s.subscriptions[id]
+	if !ok {
+		return false, fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
 	}
-	delete(s.subscriptions, id)
-	touched := map[string]bool{}
+	if !s.deleting[id] {
+		s.deleting[id] = true
+		sub.Active = false
+		s.subscriptions[id] = sub
+	}
+	var mine []string
 	for did, d := range s.deliveries {
-		if d.delivery.SubscriptionID != id {
-			continue
+		if d.delivery.SubscriptionID == id {
+			mine = append(mine, did)
 		}
+	}
+	slices.Sort(mine)
+	touched := map[string]bool{}
+	for _, did := range mine[:min(batch, len(mine))] {
+		eventID := s.deliveries[did].delivery.EventID
 		delete(s.deliveries, did)
 		delete(s.attempts, did)
-		eventID := d.delivery.EventID
 		s.eventDeliveries[eventID] = slices.DeleteFunc(s.eventDeliveries[eventID], func(x string) bool { return x == did })
 		touched[eventID] = true
 	}
 	for eventID := range touched {
 		s.rollUp(eventID)
 	}
-	return nil
+	if len(mine) > batch {
+		return false, nil
+	}
+	delete(s.subscriptions, id)
+	delete(s.deleting, id)
+	return true, nil
 }
 
 // CreateEvent implements ports.EventStore.
@@ -524,7 +545,7 @@ func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, sinc
 	since, now = normalizeTime(since), normalizeTime(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.subscriptions[subscriptionID]; !ok {
+	if _, ok := s.subscriptions[subscriptionID]; !ok || s.deleting[subscriptionID] {
 		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
 	out := ports.Recovered{IDs: []string{}}

@@ -202,14 +202,46 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 	return updated, nil
 }
 
-// DeleteSubscription implements ports.SubscriptionStore in one transaction:
-// it locks the subscription (so a fan-out inserting deliveries to it
-// finishes first, and later ones fail), then its deliveries (so a record of
-// an attempt in flight commits first, and later ones store nothing), then
-// deletes it with its deliveries and their attempts. The events that lost a
-// delivery need nothing: their status is derived from the deliveries left.
-func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+// DeleteSubscription implements ports.SubscriptionStore. Each call is a
+// few short transactions, none holding more than batch rows' locks:
+//
+//  1. The first call marks the subscription (MarkSubscriptionDeleted):
+//     hidden from reads and inactive, so fan-out leaves it out from then
+//     on, and workers settle its deliveries without a request.
+//  2. Each call deletes a batch of its deliveries with their attempts:
+//     locked first, so a record of an attempt in flight commits before
+//     its attempt is deleted (LockDeliveriesToDelete, DeleteDeliveries).
+//  3. When a batch comes short, the subscription row goes, as the
+//     unbatched deletion did it: locked for update, so a fan-out that
+//     matched it before the mark (holding a key-share lock on it while it
+//     inserts) finishes first and its deliveries go too, and later ones
+//     find it gone. Those few are the only deliveries this step deletes.
+//
+// The events that lost a delivery need nothing: their status is derived
+// from the deliveries left.
+func (s *Store) DeleteSubscription(ctx context.Context, id string, batch int) (bool, error) {
+	if batch < 1 {
+		return false, fmt.Errorf("delete subscription %s: batch must be at least 1, got %d", id, batch)
+	}
+	marked, err := s.queries.SubscriptionDeletionMarked(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("delete subscription %s: %w", id, interpretError(err))
+	}
+	if !marked {
+		// The change counter's trigger fires on every UPDATE statement,
+		// so the mark is written once, not on every call.
+		if err := s.queries.MarkSubscriptionDeleted(ctx, id); err != nil {
+			return false, fmt.Errorf("delete subscription %s: mark: %w", id, interpretError(err))
+		}
+	}
+	n, err := s.deleteDeliveriesBatch(ctx, id, batch)
+	if err != nil {
+		return false, fmt.Errorf("delete subscription %s: %w", id, err)
+	}
+	if n == batch {
+		return false, nil
+	}
+	err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
 		if _, err := q.LockSubscription(ctx, id); err != nil {
 			return interpretError(err)
 		}
@@ -218,10 +250,37 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 		}
 		return interpretError(q.DeleteSubscription(ctx, id))
 	})
-	if err != nil {
-		return fmt.Errorf("delete subscription %s: %w", id, err)
+	if errors.Is(err, domain.ErrNotFound) {
+		return true, nil // a concurrent deletion of it finished first
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("delete subscription %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// deleteDeliveriesBatch deletes up to batch deliveries of subscription id
+// with their attempts in one transaction, and returns how many it locked:
+// fewer than batch means none was left (but for a few a stale fan-out may
+// still insert, which the last step of DeleteSubscription takes).
+func (s *Store) deleteDeliveriesBatch(ctx context.Context, id string, batch int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		ids, err := q.LockDeliveriesToDelete(ctx, sqlcgen.LockDeliveriesToDeleteParams{SubscriptionID: id, MaxRows: int32(batch)})
+		if err != nil {
+			return interpretError(err)
+		}
+		n = len(ids)
+		if n == 0 {
+			return nil
+		}
+		_, err = q.DeleteDeliveries(ctx, ids)
+		return interpretError(err)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete a batch of deliveries: %w", err)
+	}
+	return n, nil
 }
 
 // maxIdempotencyRounds bounds CreateEvent's insert-or-find loop. Each round

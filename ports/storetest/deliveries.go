@@ -68,7 +68,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		gone := f.subscription(func(s *domain.Subscription) {
 			s.ID = domain.MustNewID(domain.SubscriptionIDPrefix, base.Add(time.Millisecond))
 		})
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		require.NoError(t, f.deleteSubscription(gone.ID))
 		e := f.event()
 		toKept, toGone := newDelivery(e, kept, base), newDelivery(e, gone, base)
 		toGone.ID = domain.MustNewID(domain.DeliveryIDPrefix, base.Add(time.Millisecond))

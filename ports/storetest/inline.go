@@ -121,7 +121,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		_, err := f.store.UpdateSubscription(f.ctx, a.ID, func(s *domain.Subscription) error { s.Active = false; return nil })
 		require.NoError(t, err)
 		assert.Len(t, publish(), 1, "a deactivated subscription does not")
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, b.ID))
+		require.NoError(t, f.deleteSubscription(b.ID))
 		assert.Empty(t, publish(), "nor does a deleted one")
 		_, err = f.store.UpdateSubscription(f.ctx, a.ID, func(s *domain.Subscription) error {
 			s.Active, s.EventTypes = true, []string{"*"}

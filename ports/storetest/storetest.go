@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Reservation", func(t *testing.T) { t.Parallel(); testReservation(t, newStore) })
 	t.Run("Recovery", func(t *testing.T) { t.Parallel(); testRecovery(t, newStore) })
 	t.Run("Listing", func(t *testing.T) { t.Parallel(); testListing(t, newStore) })
+	t.Run("Deletion", func(t *testing.T) { t.Parallel(); testDeletion(t, newStore) })
 	t.Run("EventPages", func(t *testing.T) { t.Parallel(); testEventPages(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })
 	t.Run("Ordering", func(t *testing.T) { t.Parallel(); testOrdering(t, newStore) })

@@ -10,6 +10,78 @@ import (
 	"time"
 )
 
+const deleteDeliveries = `-- name: DeleteDeliveries :execrows
+WITH attempts_removed AS (
+    DELETE FROM attempts WHERE attempts.delivery_id = ANY($1::text[])
+)
+DELETE FROM deliveries WHERE deliveries.id = ANY($1::text[])
+`
+
+// Deletes the deliveries LockDeliveriesToDelete locked, with their
+// attempts. Their events need nothing: an event's status is derived from
+// the deliveries left (migration 00004).
+func (q *Queries) DeleteDeliveries(ctx context.Context, ids []string) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteDeliveries, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const lockDeliveriesToDelete = `-- name: LockDeliveriesToDelete :many
+SELECT deliveries.id FROM deliveries
+WHERE deliveries.subscription_id = $1
+ORDER BY deliveries.id
+LIMIT $2
+FOR UPDATE
+`
+
+type LockDeliveriesToDeleteParams struct {
+	SubscriptionID string
+	MaxRows        int32
+}
+
+// One batch of a deletion: locks up to @max_rows of the subscription's
+// deliveries, in id order, until the transaction ends. A record of an
+// attempt holds its delivery's row lock until it commits, so once these
+// are held every attempt stored for them is committed, and the next
+// statement, DeleteDeliveries, sees it; a record that comes later waits,
+// then finds its delivery gone and stores nothing (migration 00012).
+func (q *Queries) LockDeliveriesToDelete(ctx context.Context, arg LockDeliveriesToDeleteParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, lockDeliveriesToDelete, arg.SubscriptionID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const markSubscriptionDeleted = `-- name: MarkSubscriptionDeleted :exec
+UPDATE subscriptions SET deleted_at = now(), active = false, updated_at = now()
+WHERE id = $1 AND deleted_at IS NULL
+`
+
+// The first step of a deletion: from now on every read treats the
+// subscription as gone, and it is inactive, so fan-out leaves it out (the
+// statement bumps the change counter, migration 00005, which tells every
+// copy of the active subscriptions) and a claim of one of its deliveries
+// settles it without a request.
+func (q *Queries) MarkSubscriptionDeleted(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, markSubscriptionDeleted, id)
+	return err
+}
+
 const recoverDeliveriesBatch = `-- name: RecoverDeliveriesBatch :one
 WITH candidates AS (
     SELECT d.id FROM deliveries d
@@ -36,7 +108,8 @@ WITH candidates AS (
     RETURNING deliveries.id
 )
 SELECT
-    EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = $1) AS subscription_found,
+    EXISTS (SELECT 1 FROM subscriptions
+            WHERE subscriptions.id = $1 AND subscriptions.deleted_at IS NULL) AS subscription_found,
     (SELECT count(*) FROM candidates)::int AS scanned,
     COALESCE((SELECT max(candidates.id) FROM candidates), '')::text AS last_id,
     ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids
@@ -81,4 +154,17 @@ func (q *Queries) RecoverDeliveriesBatch(ctx context.Context, arg RecoverDeliver
 		&i.Ids,
 	)
 	return i, err
+}
+
+const subscriptionDeletionMarked = `-- name: SubscriptionDeletionMarked :one
+SELECT (deleted_at IS NOT NULL)::boolean AS marked FROM subscriptions WHERE id = $1
+`
+
+// Whether the subscription is being deleted (migration 00013); no row when
+// it does not exist.
+func (q *Queries) SubscriptionDeletionMarked(ctx context.Context, id string) (bool, error) {
+	row := q.db.QueryRow(ctx, subscriptionDeletionMarked, id)
+	var marked bool
+	err := row.Scan(&marked)
+	return marked, err
 }

@@ -82,6 +82,7 @@ type Subscription struct {
 	Headers                 []byte
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
+	DeletedAt               pgtype.Timestamptz
 }
 
 type SubscriptionVersion struct {

@@ -13,7 +13,7 @@ import (
 )
 
 const activeSubscriptions = `-- name: ActiveSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE active ORDER BY id
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE active ORDER BY id
 `
 
 func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, error) {
@@ -43,6 +43,7 @@ func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, erro
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -128,9 +129,10 @@ func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 }
 
 const getSubscription = `-- name: GetSubscription :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL
 `
 
+// A subscription being deleted (migration 00013) reads as gone.
 func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription, error) {
 	row := q.db.QueryRow(ctx, getSubscription, id)
 	var i Subscription
@@ -152,16 +154,18 @@ func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription,
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DeletedAt,
 	)
 	return i, err
 }
 
 const getSubscriptionForUpdate = `-- name: GetSubscriptionForUpdate :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1 FOR UPDATE
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 // Locks the row until the transaction ends, so concurrent updates of one
-// subscription apply one after the other.
+// subscription apply one after the other. One being deleted is gone (the
+// condition is re-checked once the lock is held).
 func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subscription, error) {
 	row := q.db.QueryRow(ctx, getSubscriptionForUpdate, id)
 	var i Subscription
@@ -183,13 +187,14 @@ func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subs
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DeletedAt,
 	)
 	return i, err
 }
 
 const listSubscriptions = `-- name: ListSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions
-WHERE id > $1
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions
+WHERE id > $1 AND deleted_at IS NULL
 ORDER BY id
 LIMIT $2
 `
@@ -226,6 +231,7 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
