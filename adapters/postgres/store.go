@@ -211,11 +211,13 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 //  2. Each call deletes a batch of its deliveries with their attempts:
 //     locked first, so a record of an attempt in flight commits before
 //     its attempt is deleted (LockDeliveriesToDelete, DeleteDeliveries).
-//  3. When a batch comes short, the subscription row goes, as the
-//     unbatched deletion did it: locked for update, so a fan-out that
-//     matched it before the mark (holding a key-share lock on it while it
-//     inserts) finishes first and its deliveries go too, and later ones
-//     find it gone. Those few are the only deliveries this step deletes.
+//  3. When a batch comes short, the subscription row goes: locked for
+//     update, so a fan-out that matched it before the mark (holding a
+//     key-share lock on it while it inserts) finishes first and its
+//     deliveries go too, and later ones find it gone. The deliveries left
+//     are locked as in a batch, and when more than a batch is left (a
+//     concurrent deletion held rows the batch skipped) the step is rolled
+//     back and the next call goes on.
 //
 // The events that lost a delivery need nothing: their status is derived
 // from the deliveries left.
@@ -245,19 +247,31 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string, batch int) (b
 		if _, err := q.LockSubscription(ctx, id); err != nil {
 			return interpretError(err)
 		}
-		if err := q.LockSubscriptionDeliveries(ctx, id); err != nil {
+		left, err := q.LockDeliveriesToDelete(ctx, sqlcgen.LockDeliveriesToDeleteParams{SubscriptionID: id, MaxRows: int32(batch) + 1})
+		if err != nil {
 			return interpretError(err)
+		}
+		if len(left) > batch {
+			// A concurrent deletion of it held rows the batch skipped:
+			// more than a batch is left, for the next calls.
+			return errMoreLeft
 		}
 		return interpretError(q.DeleteSubscription(ctx, id))
 	})
-	if errors.Is(err, domain.ErrNotFound) {
+	switch {
+	case errors.Is(err, errMoreLeft):
+		return false, nil
+	case errors.Is(err, domain.ErrNotFound):
 		return true, nil // a concurrent deletion of it finished first
-	}
-	if err != nil {
+	case err != nil:
 		return false, fmt.Errorf("delete subscription %s: %w", id, err)
 	}
 	return true, nil
 }
+
+// errMoreLeft rolls back the last step of DeleteSubscription when more
+// than a batch of deliveries is left.
+var errMoreLeft = errors.New("more than a batch of deliveries left")
 
 // deleteDeliveriesBatch deletes up to batch deliveries of subscription id
 // with their attempts in one transaction, and returns how many it locked:

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ func (f *fixture) deleteSubscription(id string) error {
 // testDeletion covers deleting a subscription with more deliveries than
 // one batch: bounded steps, hidden from the first, resumable.
 func testDeletion(t *testing.T, newStore func(t *testing.T) ports.Store) {
+	testConcurrentDeletions(t, newStore)
 	t.Run("ABatchAtATimeHiddenFromTheFirstAndResumable", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)
@@ -117,6 +119,47 @@ func testDeletion(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 		_, err = f.store.DeleteSubscription(f.ctx, gone.ID, deletionBatch)
 		assert.ErrorIs(t, err, domain.ErrNotFound, "a deletion that is done")
+	})
+}
+
+// testConcurrentDeletions is run from testDeletion.
+func testConcurrentDeletions(t *testing.T, newStore func(t *testing.T) ports.Store) {
+	t.Run("ConcurrentDeletionsBothFinish", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		gone := f.subscription()
+		var ids []string
+		for range 20 {
+			d := f.fanOut(f.event(), base, gone)[0]
+			f.record(f.claim(d, base), base, outcome{status: domain.DeliveryRetrying, statusCode: 500, next: base.Add(time.Minute)})
+			ids = append(ids, d.ID)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i := range errs {
+			wg.Go(func() {
+				for {
+					done, err := f.store.DeleteSubscription(f.ctx, gone.ID, 3)
+					if err != nil || done {
+						errs[i] = err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			// One that starts after another finished finds it gone.
+			if err != nil {
+				assert.ErrorIs(t, err, domain.ErrNotFound, "deletion %d", i)
+			}
+		}
+		for _, id := range ids {
+			_, err := f.store.GetDelivery(f.ctx, id)
+			assert.ErrorIs(t, err, domain.ErrNotFound, "delivery %s", id)
+		}
+		_, err := f.store.DeleteSubscription(f.ctx, gone.ID, 3)
+		assert.ErrorIs(t, err, domain.ErrNotFound, "the subscription is gone")
 	})
 }
 

@@ -122,7 +122,9 @@ WITH attempts_removed AS (
 DELETE FROM subscriptions WHERE subscriptions.id = $1
 `
 
-// Removes the subscription, its deliveries and their attempts.
+// Removes the subscription, its deliveries and their attempts: the last
+// step of a deletion, once LockSubscription and LockDeliveriesToDelete
+// hold the row and the few deliveries left.
 func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, deleteSubscription, id)
 	return err
@@ -247,31 +249,16 @@ const lockSubscription = `-- name: LockSubscription :one
 SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE
 `
 
-// Locks the row until the transaction ends. Deleting a subscription takes
-// this lock first: it waits for fan-outs that are inserting deliveries to it
-// (they hold a key-share lock on it, migration 00011) and makes later ones
-// find it gone, so the deletion sees every delivery it removes.
+// Locks the row until the transaction ends. The last step of deleting a
+// subscription takes this lock first: it waits for fan-outs that are
+// inserting deliveries to it (they hold a key-share lock on it, migration
+// 00011) and makes later ones find it gone, so the deletion sees every
+// delivery it removes.
 func (q *Queries) LockSubscription(ctx context.Context, id string) (string, error) {
 	row := q.db.QueryRow(ctx, lockSubscription, id)
 	var id_2 string
 	err := row.Scan(&id_2)
 	return id_2, err
-}
-
-const lockSubscriptionDeliveries = `-- name: LockSubscriptionDeliveries :exec
-SELECT 1 FROM deliveries WHERE deliveries.subscription_id = $1 FOR UPDATE
-`
-
-// Locks the subscription's deliveries until the transaction ends. Deleting
-// a subscription takes these locks after the subscription's and before it
-// deletes anything: a record of an attempt holds its delivery's row lock
-// until it commits, so once these are held every attempt stored for them
-// is committed, and the deletion's next statement sees it. A record that
-// comes later waits, then finds its delivery gone and stores nothing
-// (migration 00012).
-func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, lockSubscriptionDeliveries, id)
-	return err
 }
 
 const updateSubscription = `-- name: UpdateSubscription :exec
