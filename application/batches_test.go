@@ -143,3 +143,57 @@ func TestDeleteWorksInBoundedBatches(t *testing.T) {
 		t.Errorf("second delete: %v, want not found", err)
 	}
 }
+
+// TestSchedulerFinishesAnInterruptedDeletion: a deletion whose process
+// died after its first batch is finished by the scheduler's ticks, without
+// another request.
+func TestSchedulerFinishesAnInterruptedDeletion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := memory.NewStore()
+	clock := newClock()
+	subs := &application.Subscriptions{Store: store, Clock: clock}
+	sub, err := subs.Create(ctx, domain.NewSubscriptionInput{URL: "https://example.com/hook", EventTypes: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 5 {
+		ids = append(ids, settled(t, store, sub, domain.DeliveryDead, clock.Now()).ID)
+	}
+	if done, err := store.DeleteSubscription(ctx, sub.ID, 2); err != nil || done {
+		t.Fatalf("first batch: done %v, err %v; want an unfinished deletion", done, err)
+	}
+
+	s := &application.Schedule{Events: store, Deliveries: store, Subscriptions: store, DeleteBatch: 2,
+		Queue: idleStreams{newRecordingQueue()}, Clock: clock, Consumer: "s"}
+	batches := 0
+	for ticks := 0; ; ticks++ {
+		if ticks == 10 {
+			t.Fatal("10 ticks did not finish the deletion")
+		}
+		unfinished, err := store.UnfinishedDeletions(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(unfinished) == 0 {
+			break
+		}
+		swept, err := s.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches += swept.DeletionBatches
+	}
+	if batches < 2 {
+		t.Errorf("%d batches swept, want at least 2 for the 3 deliveries left", batches)
+	}
+	for _, id := range ids {
+		if _, err := store.GetDelivery(ctx, id); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("delivery %s: %v, want deleted", id, err)
+		}
+	}
+	if err := subs.Delete(ctx, sub.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("delete after the scheduler finished: %v, want not found", err)
+	}
+}

@@ -64,6 +64,18 @@ type SubscriptionStore interface {
 	ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error)
 }
 
+// SubscriptionDeletions is what the scheduler needs to finish the
+// deletions of subscriptions that were interrupted (the process deleting
+// one died midway). It is safe for concurrent use.
+type SubscriptionDeletions interface {
+	// UnfinishedDeletions returns up to limit subscriptions whose deletion
+	// is under way (marked by DeleteSubscription and not done), longest
+	// under way first.
+	UnfinishedDeletions(ctx context.Context, limit int) ([]string, error)
+	// DeleteSubscription is SubscriptionStore.DeleteSubscription.
+	DeleteSubscription(ctx context.Context, id string, batch int) (done bool, err error)
+}
+
 // EventStore keeps events. All methods are safe for concurrent use.
 type EventStore interface {
 	// CreateEvent stores e unless e.IdempotencyKey is non-empty and an event
@@ -270,6 +282,7 @@ type Claimed struct {
 // Store is every store port; adapters implement all of them on one backend.
 type Store interface {
 	SubscriptionStore
+	SubscriptionDeletions
 	EventStore
 	DeliveryStore
 	// Ping reports whether the backend is reachable (readiness).

@@ -73,3 +73,12 @@ WITH attempts_removed AS (
     DELETE FROM attempts WHERE attempts.delivery_id = ANY(@ids::text[])
 )
 DELETE FROM deliveries WHERE deliveries.id = ANY(@ids::text[]);
+
+-- name: UnfinishedDeletions :many
+-- The subscriptions whose deletion is under way, longest first, for the
+-- scheduler to finish those a crash interrupted (subscriptions_deleting_idx,
+-- migration 00013).
+SELECT id FROM subscriptions
+WHERE deleted_at IS NOT NULL
+ORDER BY deleted_at, id
+LIMIT @max_rows;

@@ -22,10 +22,12 @@ var _ ports.Store = (*Store)(nil)
 type Store struct {
 	mu            sync.Mutex
 	subscriptions map[string]domain.Subscription
-	// deleting holds the subscriptions whose deletion is under way: every
-	// read treats them as gone.
-	deleting map[string]bool
-	events   map[string]*storedEvent
+	// deleting holds the subscriptions whose deletion is under way, each
+	// with the order it was marked in: every read treats them as gone.
+	deleting map[string]uint64
+	// marks counts the deletions ever marked.
+	marks  uint64
+	events map[string]*storedEvent
 	// idempotencyKeys maps a key to the id of the event that owns it.
 	idempotencyKeys map[string]string
 	deliveries      map[string]*storedDelivery
@@ -55,7 +57,7 @@ type storedDelivery struct {
 func NewStore() *Store {
 	return &Store{
 		subscriptions:   map[string]domain.Subscription{},
-		deleting:        map[string]bool{},
+		deleting:        map[string]uint64{},
 		events:          map[string]*storedEvent{},
 		idempotencyKeys: map[string]string{},
 		deliveries:      map[string]*storedDelivery{},
@@ -83,7 +85,7 @@ func (s *Store) GetSubscription(_ context.Context, id string) (domain.Subscripti
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subscriptions[id]
-	if !ok || s.deleting[id] {
+	if !ok || isDeleting(s.deleting, id) {
 		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, domain.ErrNotFound)
 	}
 	return copySubscription(sub), nil
@@ -96,7 +98,7 @@ func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Sub
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := slices.DeleteFunc(slices.Sorted(maps.Keys(s.subscriptions)), func(id string) bool { return s.deleting[id] })
+	ids := slices.DeleteFunc(slices.Sorted(maps.Keys(s.subscriptions)), func(id string) bool { return isDeleting(s.deleting, id) })
 	start, _ := slices.BinarySearch(ids, p.After)
 	if start < len(ids) && ids[start] == p.After {
 		start++
@@ -134,7 +136,7 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	current, ok := s.subscriptions[id]
-	if !ok || s.deleting[id] {
+	if !ok || isDeleting(s.deleting, id) {
 		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, domain.ErrNotFound)
 	}
 	sub := copySubscription(current)
@@ -158,8 +160,9 @@ func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (boo
 	if !ok {
 		return false, fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
 	}
-	if !s.deleting[id] {
-		s.deleting[id] = true
+	if !isDeleting(s.deleting, id) {
+		s.marks++
+		s.deleting[id] = s.marks
 		sub.Active = false
 		s.subscriptions[id] = sub
 	}
@@ -187,6 +190,19 @@ func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (boo
 	delete(s.subscriptions, id)
 	delete(s.deleting, id)
 	return true, nil
+}
+
+// UnfinishedDeletions implements ports.SubscriptionDeletions.
+func (s *Store) UnfinishedDeletions(_ context.Context, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.SortedFunc(maps.Keys(s.deleting), func(a, b string) int { return cmp.Compare(s.deleting[a], s.deleting[b]) })
+	return ids[:min(len(ids), max(limit, 0))], nil
+}
+
+func isDeleting(deleting map[string]uint64, id string) bool {
+	_, ok := deleting[id]
+	return ok
 }
 
 // CreateEvent implements ports.EventStore.
@@ -545,7 +561,7 @@ func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, sinc
 	since, now = normalizeTime(since), normalizeTime(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.subscriptions[subscriptionID]; !ok || s.deleting[subscriptionID] {
+	if _, ok := s.subscriptions[subscriptionID]; !ok || isDeleting(s.deleting, subscriptionID) {
 		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
 	out := ports.Recovered{IDs: []string{}}

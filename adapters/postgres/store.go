@@ -273,6 +273,18 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string, batch int) (b
 // than a batch of deliveries is left.
 var errMoreLeft = errors.New("more than a batch of deliveries left")
 
+// UnfinishedDeletions implements ports.SubscriptionDeletions.
+func (s *Store) UnfinishedDeletions(ctx context.Context, limit int) ([]string, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	ids, err := s.queries.UnfinishedDeletions(ctx, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished deletions: %w", interpretError(err))
+	}
+	return ids, nil
+}
+
 // deleteDeliveriesBatch deletes up to batch deliveries of subscription id
 // with their attempts in one transaction, and returns how many it locked:
 // fewer than batch means none was left (but for a few a stale fan-out may

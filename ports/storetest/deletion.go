@@ -69,7 +69,11 @@ func testDeletion(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.GreaterOrEqual(t, left, n-deletionBatch, "one call deletes at most one batch")
 		assert.Less(t, left, n, "one call deletes a batch")
 
-		// The interrupted deletion leaves the subscription hidden.
+		// The interrupted deletion is listed for the scheduler to finish,
+		// and leaves the subscription hidden.
+		unfinished, err := f.store.UnfinishedDeletions(f.ctx, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{gone.ID}, unfinished, "UnfinishedDeletions")
 		_, err = f.store.GetSubscription(f.ctx, gone.ID)
 		assert.ErrorIs(t, err, domain.ErrNotFound, "GetSubscription")
 		_, err = f.store.UpdateSubscription(f.ctx, gone.ID, func(s *domain.Subscription) error { s.Active = true; return nil })
@@ -119,6 +123,9 @@ func testDeletion(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 		_, err = f.store.DeleteSubscription(f.ctx, gone.ID, deletionBatch)
 		assert.ErrorIs(t, err, domain.ErrNotFound, "a deletion that is done")
+		unfinished, err = f.store.UnfinishedDeletions(f.ctx, 10)
+		require.NoError(t, err)
+		assert.Empty(t, unfinished, "a deletion that is done is not listed")
 	})
 }
 

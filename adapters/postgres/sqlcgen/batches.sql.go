@@ -168,3 +168,33 @@ func (q *Queries) SubscriptionDeletionMarked(ctx context.Context, id string) (bo
 	err := row.Scan(&marked)
 	return marked, err
 }
+
+const unfinishedDeletions = `-- name: UnfinishedDeletions :many
+SELECT id FROM subscriptions
+WHERE deleted_at IS NOT NULL
+ORDER BY deleted_at, id
+LIMIT $1
+`
+
+// The subscriptions whose deletion is under way, longest first, for the
+// scheduler to finish those a crash interrupted (subscriptions_deleting_idx,
+// migration 00013).
+func (q *Queries) UnfinishedDeletions(ctx context.Context, maxRows int32) ([]string, error) {
+	rows, err := q.db.Query(ctx, unfinishedDeletions, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
