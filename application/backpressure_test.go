@@ -137,7 +137,7 @@ func TestFanOutHeldBackStopsWithItsContext(t *testing.T) {
 	if got := len(p.queue.bodies(ports.DeliveryStream)); got != 0 {
 		t.Errorf("%d deliveries enqueued by a cancelled fan-out, want 0", got)
 	}
-	if view, _ := p.events.Get(context.Background(), ev.ID); len(view.Deliveries) != 0 {
+	if view, _ := p.events.Get(context.Background(), ev.ID, ports.Page{Limit: 100}); len(view.Deliveries) != 0 {
 		t.Errorf("%d deliveries stored by a cancelled fan-out, want 0", len(view.Deliveries))
 	}
 }

@@ -1,6 +1,7 @@
 package application
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +18,14 @@ type Deliveries struct {
 	Subscriptions ports.SubscriptionStore
 	Queue         ports.Queue
 	Clock         ports.Clock
+	// RecoverBatch is how many dead deliveries Recover takes per
+	// transaction; DefaultRecoverBatch when zero.
+	RecoverBatch int
 }
+
+// DefaultRecoverBatch is Deliveries.RecoverBatch's default: a batch short
+// enough to hold its locks for milliseconds.
+const DefaultRecoverBatch = 500
 
 // DeliveryView is a delivery with its attempts.
 type DeliveryView struct {
@@ -60,17 +68,30 @@ func (uc *Deliveries) Retry(ctx context.Context, id string) (domain.Delivery, er
 }
 
 // Recover re-delivers every delivery of subscription id that died at or
-// after since, and returns how many. It returns domain.ErrNotFound for an
-// unknown subscription.
+// after since, and returns how many. It works through them in batches of
+// RecoverBatch (DefaultRecoverBatch when zero), each one short
+// transaction, enqueuing each batch as it goes. It returns
+// domain.ErrNotFound for an unknown subscription. When it fails midway the
+// batches before stay recovered: calling it again recovers the rest.
 func (uc *Deliveries) Recover(ctx context.Context, subscriptionID string, since time.Time) (int, error) {
-	ids, err := uc.Deliveries.RecoverDeliveries(ctx, subscriptionID, since, uc.Clock.Now())
-	if err != nil {
-		return 0, err
+	batch := cmp.Or(uc.RecoverBatch, DefaultRecoverBatch)
+	now := uc.Clock.Now()
+	total := 0
+	page := ports.Page{Limit: batch}
+	for {
+		r, err := uc.Deliveries.RecoverDeliveries(ctx, subscriptionID, since, now, page)
+		if err != nil {
+			return total, err
+		}
+		if len(r.IDs) > 0 {
+			_ = uc.Queue.Publish(ctx, ports.DeliveryStream, r.IDs...) // the scheduler's scan is the fallback
+		}
+		total += len(r.IDs)
+		if r.Next == "" {
+			return total, nil
+		}
+		page.After = r.Next
 	}
-	if len(ids) > 0 {
-		_ = uc.Queue.Publish(ctx, ports.DeliveryStream, ids...) // the scheduler's scan is the fallback
-	}
-	return len(ids), nil
 }
 
 func (uc *Deliveries) status(ctx context.Context, id string) domain.DeliveryStatus {

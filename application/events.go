@@ -14,30 +14,32 @@ type Events struct {
 	Deliveries ports.DeliveryStore
 }
 
-// EventView is an event with the state of each of its deliveries.
+// EventView is an event with one page of its deliveries.
 type EventView struct {
 	Event      domain.Event
 	Deliveries []domain.Delivery
 }
 
-// Get returns event id with its deliveries, or domain.ErrNotFound.
-func (uc *Events) Get(ctx context.Context, id string) (EventView, error) {
+// Get returns event id with the page p of its deliveries (in subscription
+// id order; p.After is a subscription id), or domain.ErrNotFound. The
+// event's status covers all its deliveries, not only the page.
+func (uc *Events) Get(ctx context.Context, id string, p ports.Page) (EventView, error) {
 	ev, err := uc.Events.GetEvent(ctx, id)
 	if err != nil {
 		return EventView{}, err
 	}
-	ds, err := uc.Deliveries.EventDeliveries(ctx, id)
+	ds, err := uc.Deliveries.EventDeliveries(ctx, id, p)
 	if err != nil {
 		return EventView{}, fmt.Errorf("load deliveries of event %s: %w", id, err)
 	}
 	return EventView{Event: ev, Deliveries: ds}, nil
 }
 
-// Attempts returns every attempt of every delivery of event id, or
-// domain.ErrNotFound when the event does not exist.
-func (uc *Events) Attempts(ctx context.Context, id string) ([]domain.Attempt, error) {
+// Attempts returns the page p of the attempts of event id's deliveries,
+// or domain.ErrNotFound when the event does not exist.
+func (uc *Events) Attempts(ctx context.Context, id string, p ports.AttemptPage) ([]domain.Attempt, error) {
 	if _, err := uc.Events.GetEvent(ctx, id); err != nil {
 		return nil, err
 	}
-	return uc.Deliveries.EventAttempts(ctx, id)
+	return uc.Deliveries.EventAttempts(ctx, id, p)
 }

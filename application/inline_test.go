@@ -32,7 +32,7 @@ func TestPublishFansOutInlineAndAppendsTheDeliveries(t *testing.T) {
 	if got := p.queue.bodies(ports.EventStream); len(got) != 0 {
 		t.Errorf("event stream = %v, want nothing: the event is fanned out", got)
 	}
-	view, err := p.events.Get(ctx, ev.ID)
+	view, err := p.events.Get(ctx, ev.ID, ports.Page{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestInlinePublishKeepsTheDeliveriesWhenTheQueueFails(t *testing.T) {
 	if res.EnqueueErr == nil {
 		t.Error("EnqueueErr not set")
 	}
-	view, err := p.events.Get(context.Background(), res.Event.ID)
+	view, err := p.events.Get(context.Background(), res.Event.ID, ports.Page{Limit: 100})
 	if err != nil || len(view.Deliveries) != 1 {
 		t.Fatalf("event = %+v, %v; want durable with its delivery (the due scan enqueues it)", view, err)
 	}

@@ -142,7 +142,7 @@ func TestFanOutCreatesOneDeliveryPerMatchingSubscription(t *testing.T) {
 	if err := p.fanout.Handle(ctx, []string{ev.ID, lonely.ID}); err != nil {
 		t.Fatal(err)
 	}
-	view, err := p.events.Get(ctx, ev.ID)
+	view, err := p.events.Get(ctx, ev.ID, ports.Page{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestFanOutDefersWhenTheQueueFails(t *testing.T) {
 	if !errors.Is(err, application.ErrEnqueueDeferred) {
 		t.Fatalf("err = %v, want ErrEnqueueDeferred", err)
 	}
-	view, _ := p.events.Get(context.Background(), ev.ID)
+	view, _ := p.events.Get(context.Background(), ev.ID, ports.Page{Limit: 100})
 	if len(view.Deliveries) != 1 {
 		t.Errorf("%d deliveries committed, want 1", len(view.Deliveries))
 	}
@@ -217,7 +217,7 @@ func (p *pipeline) fannedOut(t *testing.T, sub domain.Subscription) (domain.Even
 	if err := p.fanout.Handle(context.Background(), []string{ev.ID}); err != nil {
 		t.Fatal(err)
 	}
-	view, _ := p.events.Get(context.Background(), ev.ID)
+	view, _ := p.events.Get(context.Background(), ev.ID, ports.Page{Limit: 100})
 	if len(view.Deliveries) != 1 {
 		t.Fatalf("%d deliveries, want 1", len(view.Deliveries))
 	}
@@ -254,11 +254,11 @@ func TestDeliverSignsAndRecordsSuccess(t *testing.T) {
 		req.Header.Get("Webhook-Signature"), time.Unix(ts, 0), time.Minute); err != nil {
 		t.Errorf("signature does not verify: %v", err)
 	}
-	view, _ := p.events.Get(ctx, ev.ID)
+	view, _ := p.events.Get(ctx, ev.ID, ports.Page{Limit: 100})
 	if view.Event.Status != domain.EventDelivered {
 		t.Errorf("event status = %s, want delivered", view.Event.Status)
 	}
-	attempts, _ := p.events.Attempts(ctx, ev.ID)
+	attempts, _ := p.events.Attempts(ctx, ev.ID, ports.AttemptPage{Limit: 100})
 	if len(attempts) != 1 || attempts[0].StatusCode != 200 {
 		t.Errorf("attempts = %+v, want one 200", attempts)
 	}
@@ -298,7 +298,7 @@ func TestDeliverRetriesThenDeadLetters(t *testing.T) {
 			p.clock.Advance(res.Delivery.NextAttemptAt.Sub(p.clock.Now()))
 		}
 	}
-	view, _ := p.events.Get(ctx, ev.ID)
+	view, _ := p.events.Get(ctx, ev.ID, ports.Page{Limit: 100})
 	if view.Event.Status != domain.EventFailed {
 		t.Errorf("event status = %s, want failed", view.Event.Status)
 	}

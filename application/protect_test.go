@@ -120,7 +120,7 @@ func TestProtectionsPostponeWithoutAnAttempt(t *testing.T) {
 			if !d.NextAttemptAt.Equal(now.Add(tt.after)) {
 				t.Errorf("due again at +%s, want +%s", d.NextAttemptAt.Sub(now), tt.after)
 			}
-			if attempts, _ := p.events.Attempts(context.Background(), ev.ID); len(attempts) != 0 {
+			if attempts, _ := p.events.Attempts(context.Background(), ev.ID, ports.AttemptPage{Limit: 100}); len(attempts) != 0 {
 				t.Errorf("%d attempts recorded, want none", len(attempts))
 			}
 		})

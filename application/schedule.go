@@ -1,11 +1,13 @@
 package application
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -29,8 +31,14 @@ const (
 type Schedule struct {
 	Events     ports.EventStore
 	Deliveries ports.DeliveryStore
-	Queue      ports.Queue
-	Clock      ports.Clock
+	// Subscriptions, when set, lets each tick take the deletions of
+	// subscriptions that were interrupted one batch further.
+	Subscriptions ports.SubscriptionDeletions
+	// DeleteBatch is the batch of those deletions; DefaultDeleteBatch
+	// when zero.
+	DeleteBatch int
+	Queue       ports.Queue
+	Clock       ports.Clock
 	// BatchSize bounds each scan.
 	BatchSize int
 	// VisibilityTimeout is how long a stream entry or an enqueued delivery
@@ -55,6 +63,9 @@ type Swept struct {
 	UnfannedEvents  int
 	ReclaimedEvents int
 	ReclaimedDelivs int
+	// DeletionBatches is how many batches of interrupted subscription
+	// deletions it deleted.
+	DeletionBatches int
 }
 
 // Tick runs one pass of every scan. It keeps going after a failed scan and
@@ -90,6 +101,12 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
 	out.ReclaimedDelivs = n
 	errs = append(errs, err)
+
+	if uc.Subscriptions != nil {
+		n, err := uc.finishDeletions(ctx)
+		out.DeletionBatches = n
+		errs = append(errs, err)
+	}
 
 	for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
 		if err := uc.Queue.Trim(ctx, stream); err != nil {
@@ -133,7 +150,34 @@ func (uc *Schedule) Run(ctx context.Context, interval time.Duration, report func
 // stoppedAtLimit reports whether a scan of s took a whole batch.
 func (uc *Schedule) stoppedAtLimit(s Swept) bool {
 	b := uc.batch()
-	return s.DueDeliveries >= b || s.UnfannedEvents >= b || s.ReclaimedEvents >= b || s.ReclaimedDelivs >= b
+	return s.DueDeliveries >= b || s.UnfannedEvents >= b || s.ReclaimedEvents >= b || s.ReclaimedDelivs >= b ||
+		s.DeletionBatches > 0
+}
+
+// finishDeletions takes each subscription deletion under way one batch
+// further: one a crash interrupted is finished within a few ticks, and
+// one a request is still making progresses faster, harmlessly (its
+// batches lock their rows). It returns how many batches it deleted.
+func (uc *Schedule) finishDeletions(ctx context.Context) (int, error) {
+	ids, err := uc.Subscriptions.UnfinishedDeletions(ctx, uc.batch())
+	if err != nil {
+		return 0, fmt.Errorf("list unfinished subscription deletions: %w", err)
+	}
+	batch := cmp.Or(uc.DeleteBatch, DefaultDeleteBatch)
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		_, err := uc.Subscriptions.DeleteSubscription(ctx, id, batch)
+		switch {
+		case errors.Is(err, domain.ErrNotFound):
+			// Finished by another caller meanwhile.
+		case err != nil:
+			errs = append(errs, fmt.Errorf("finish deleting subscription %s: %w", id, err))
+		default:
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // reclaim takes over entries idle past the visibility timeout, appends them

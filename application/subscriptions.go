@@ -1,6 +1,7 @@
 package application
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,9 @@ type Subscriptions struct {
 	// RotationOverlap is how long a replaced secret keeps signing
 	// (domain.DefaultRotationOverlap when zero).
 	RotationOverlap time.Duration
+	// DeleteBatch is how many deliveries Delete removes per transaction;
+	// DefaultDeleteBatch when zero.
+	DeleteBatch int
 }
 
 // Create validates in, checks the endpoint URL against the SSRF guard and
@@ -87,11 +91,25 @@ func (uc *Subscriptions) RotateSecret(ctx context.Context, id, secret string) (d
 	})
 }
 
-// Delete removes subscription id with its deliveries, or returns
-// domain.ErrNotFound.
+// Delete removes subscription id with its deliveries and their attempts,
+// or returns domain.ErrNotFound. It works in batches of DeleteBatch
+// deliveries (DefaultDeleteBatch when zero), each one short transaction;
+// from the first, the subscription reads as gone and receives nothing.
+// When it fails or ctx ends midway, the subscription stays hidden, and
+// deleting it again finishes the deletion.
 func (uc *Subscriptions) Delete(ctx context.Context, id string) error {
-	return uc.Store.DeleteSubscription(ctx, id)
+	batch := cmp.Or(uc.DeleteBatch, DefaultDeleteBatch)
+	for {
+		done, err := uc.Store.DeleteSubscription(ctx, id, batch)
+		if err != nil || done {
+			return err
+		}
+	}
 }
+
+// DefaultDeleteBatch is Subscriptions.DeleteBatch's default: a batch short
+// enough to hold its locks for milliseconds.
+const DefaultDeleteBatch = 500
 
 func (uc *Subscriptions) checkURL(ctx context.Context, rawURL string) error {
 	if uc.Guard == nil {

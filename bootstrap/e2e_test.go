@@ -166,7 +166,7 @@ func deliverOneEvent(t *testing.T, base string) {
 
 	var event *client.Event
 	waitFor(t, 10*time.Second, "the event to be reported delivered", func() bool {
-		res, err := api.GetEventWithResponse(ctx, published.Id)
+		res, err := api.GetEventWithResponse(ctx, published.Id, nil)
 		event = body(t, "get event", expect(t, "get event", res, err, http.StatusOK).JSON200)
 		return event.Status == "delivered"
 	})
@@ -179,7 +179,7 @@ func deliverOneEvent(t *testing.T, base string) {
 		t.Errorf("delivery = %+v, want delivered to %s in 1 attempt with 200", d, sub.Id)
 	}
 
-	listed, err := api.ListEventAttemptsWithResponse(ctx, published.Id)
+	listed, err := api.ListEventAttemptsWithResponse(ctx, published.Id, nil)
 	attempts := deref(body(t, "list attempts", expect(t, "list attempts", listed, err, http.StatusOK).JSON200).Data)
 	if len(attempts) != 1 || attempts[0].Attempt != 1 || attempts[0].StatusCode == nil || *attempts[0].StatusCode != 200 {
 		t.Errorf("attempts = %+v, want one attempt answered 200", attempts)

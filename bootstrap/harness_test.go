@@ -141,7 +141,8 @@ type eventState struct {
 func (c *cluster) getEvent(id string) *client.Event {
 	c.t.Helper()
 	what := "get event " + id
-	res, err := c.api.GetEventWithResponse(c.t.Context(), id)
+	limit := int64(500) // more than any test's event has deliveries
+	res, err := c.api.GetEventWithResponse(c.t.Context(), id, &client.GetEventParams{Limit: &limit})
 	return body(c.t, what, expect(c.t, what, res, err, http.StatusOK).JSON200)
 }
 
@@ -161,8 +162,17 @@ func (c *cluster) waitEvent(id, want string, timeout time.Duration) eventState {
 func (c *cluster) attempts(eventID string) []client.Attempt {
 	c.t.Helper()
 	what := "list attempts of event " + eventID
-	res, err := c.api.ListEventAttemptsWithResponse(c.t.Context(), eventID)
-	return deref(body(c.t, what, expect(c.t, what, res, err, http.StatusOK).JSON200).Data)
+	var all []client.Attempt
+	params := &client.ListEventAttemptsParams{}
+	for {
+		res, err := c.api.ListEventAttemptsWithResponse(c.t.Context(), eventID, params)
+		page := body(c.t, what, expect(c.t, what, res, err, http.StatusOK).JSON200)
+		all = append(all, deref(page.Data)...)
+		if page.NextCursor == nil {
+			return all
+		}
+		params.Cursor = page.NextCursor
+	}
 }
 
 // deref is *p, or the zero value for nil: the client has pointers for

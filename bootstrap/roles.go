@@ -241,7 +241,7 @@ func bodiesAndIDs(msgs []ports.Message) (bodies, ids []string) {
 var schedulerModule = fx.Module("scheduler",
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, store ports.Store, queue ports.Queue, clock ports.Clock) {
 		schedule := &application.Schedule{
-			Events: store, Deliveries: store, Queue: queue, Clock: clock,
+			Events: store, Deliveries: store, Subscriptions: store, Queue: queue, Clock: clock,
 			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
 			Consumer: consumerName("scheduler"),
 		}

@@ -261,8 +261,13 @@ type Event struct {
 	// Data The event's payload: any JSON object.
 	//
 	// Example: {"amount":4200,"order_id":"ord_123"}
-	Data       json.RawMessage    `json:"data"`
+	Data json.RawMessage `json:"data"`
+
+	// Deliveries One page of the event's deliveries, in subscription id order.
 	Deliveries *[]DeliverySummary `json:"deliveries"`
+
+	// DeliveriesNextCursor Pass as cursor to get the next page of deliveries; null on the last page.
+	DeliveriesNextCursor *string `json:"deliveries_next_cursor"`
 
 	// FailureReason Why the event could not be fanned out, when it was settled failed for that; null otherwise.
 	FailureReason *string `json:"failure_reason"`
@@ -595,6 +600,24 @@ type PublishEventParams struct {
 	XIdempotencyKey *string `json:"X-Idempotency-Key,omitempty"`
 }
 
+// GetEventParams defines parameters for GetEvent.
+type GetEventParams struct {
+	// Limit Deliveries per page.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor deliveries_next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListEventAttemptsParams defines parameters for ListEventAttempts.
+type ListEventAttemptsParams struct {
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListSubscriptionsParams defines parameters for ListSubscriptions.
 type ListSubscriptionsParams struct {
 	// Limit Page size.
@@ -742,17 +765,17 @@ type ClientInterface interface {
 
 	// GetEvent Get an event
 	//
-	// The event, its status, and each delivery's status.
+	// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 	//
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-	GetEvent(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetEvent(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEventAttempts List an event's attempts
 	//
-	// Every attempt of every delivery of the event.
+	// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 	//
 	// Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-	ListEventAttempts(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListEventAttempts(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSubscriptions List subscriptions
 	//
@@ -781,7 +804,7 @@ type ClientInterface interface {
 
 	// DeleteSubscription Delete a subscription
 	//
-	// Deletes the subscription with its deliveries and their attempts.
+	// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 	//
 	// Corresponds with DELETE /v1/subscriptions/{id} (the `DeleteSubscription` operationId).
 	DeleteSubscription(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -811,7 +834,7 @@ type ClientInterface interface {
 
 	// RecoverSubscriptionWithBody Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -820,7 +843,7 @@ type ClientInterface interface {
 
 	// RecoverSubscription Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -972,11 +995,11 @@ func (c *Client) PublishEvent(ctx context.Context, params *PublishEventParams, b
 
 // GetEvent Get an event
 //
-// The event, its status, and each delivery's status.
+// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 //
 // Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetEventRequest(c.Server, id)
+func (c *Client) GetEvent(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -989,11 +1012,11 @@ func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestE
 
 // ListEventAttempts List an event's attempts
 //
-// Every attempt of every delivery of the event.
+// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 //
 // Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-func (c *Client) ListEventAttempts(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListEventAttemptsRequest(c.Server, id)
+func (c *Client) ListEventAttempts(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventAttemptsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1061,7 +1084,7 @@ func (c *Client) CreateSubscription(ctx context.Context, body CreateSubscription
 
 // DeleteSubscription Delete a subscription
 //
-// Deletes the subscription with its deliveries and their attempts.
+// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 //
 // Corresponds with DELETE /v1/subscriptions/{id} (the `DeleteSubscription` operationId).
 func (c *Client) DeleteSubscription(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1131,7 +1154,7 @@ func (c *Client) UpdateSubscription(ctx context.Context, id string, body UpdateS
 
 // RecoverSubscriptionWithBody Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1150,7 +1173,7 @@ func (c *Client) RecoverSubscriptionWithBody(ctx context.Context, id string, con
 
 // RecoverSubscription Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1513,7 +1536,7 @@ func NewPublishEventRequestWithBody(server string, params *PublishEventParams, c
 }
 
 // NewGetEventRequest constructs an http.Request for the GetEvent method
-func NewGetEventRequest(server string, id string) (*http.Request, error) {
+func NewGetEventRequest(server string, id string, params *GetEventParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1538,6 +1561,45 @@ func NewGetEventRequest(server string, id string) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -1547,7 +1609,7 @@ func NewGetEventRequest(server string, id string) (*http.Request, error) {
 }
 
 // NewListEventAttemptsRequest constructs an http.Request for the ListEventAttempts method
-func NewListEventAttemptsRequest(server string, id string) (*http.Request, error) {
+func NewListEventAttemptsRequest(server string, id string, params *ListEventAttemptsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1570,6 +1632,45 @@ func NewListEventAttemptsRequest(server string, id string) (*http.Request, error
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2032,21 +2133,21 @@ type ClientWithResponsesInterface interface {
 
 	// GetEventWithResponse Get an event
 	//
-	// The event, its status, and each delivery's status.
+	// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-	GetEventWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
+	GetEventWithResponse(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
 
 	// ListEventAttemptsWithResponse List an event's attempts
 	//
-	// Every attempt of every delivery of the event.
+	// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-	ListEventAttemptsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error)
+	ListEventAttemptsWithResponse(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error)
 
 	// ListSubscriptionsWithResponse List subscriptions
 	//
@@ -2077,7 +2178,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteSubscriptionWithResponse Delete a subscription
 	//
-	// Deletes the subscription with its deliveries and their attempts.
+	// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2111,7 +2212,7 @@ type ClientWithResponsesInterface interface {
 
 	// RecoverSubscriptionWithBodyWithResponse Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2120,7 +2221,7 @@ type ClientWithResponsesInterface interface {
 
 	// RecoverSubscriptionWithResponse Re-deliver a subscription's dead deliveries
 	//
-	// Sends again every delivery of the subscription that died at or after since.
+	// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2504,8 +2605,16 @@ type GetEventResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Event
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2513,9 +2622,29 @@ func (r GetEventResponse) GetJSON200() *Event {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r GetEventResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -2552,8 +2681,16 @@ type ListEventAttemptsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ListAttempt
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2561,9 +2698,29 @@ func (r ListEventAttemptsResponse) GetJSON200() *ListAttempt {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r ListEventAttemptsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventAttemptsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -3073,13 +3230,13 @@ func (c *ClientWithResponses) PublishEventWithResponse(ctx context.Context, para
 
 // GetEventWithResponse Get an event
 //
-// The event, its status, and each delivery's status.
+// The event, its status, and one page of its deliveries with each one's status (deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
-func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetEventResponse, error) {
-	rsp, err := c.GetEvent(ctx, id, reqEditors...)
+func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id string, params *GetEventParams, reqEditors ...RequestEditorFn) (*GetEventResponse, error) {
+	rsp, err := c.GetEvent(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3088,13 +3245,13 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id strin
 
 // ListEventAttemptsWithResponse List an event's attempts
 //
-// Every attempt of every delivery of the event.
+// The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events/{id}/attempts (the `ListEventAttempts` operationId).
-func (c *ClientWithResponses) ListEventAttemptsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error) {
-	rsp, err := c.ListEventAttempts(ctx, id, reqEditors...)
+func (c *ClientWithResponses) ListEventAttemptsWithResponse(ctx context.Context, id string, params *ListEventAttemptsParams, reqEditors ...RequestEditorFn) (*ListEventAttemptsResponse, error) {
+	rsp, err := c.ListEventAttempts(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3148,7 +3305,7 @@ func (c *ClientWithResponses) CreateSubscriptionWithResponse(ctx context.Context
 
 // DeleteSubscriptionWithResponse Delete a subscription
 //
-// Deletes the subscription with its deliveries and their attempts.
+// Deletes the subscription with its deliveries and their attempts, a batch at a time. From the first batch the subscription reads as gone (404) and receives nothing; when a deletion is interrupted, deleting the subscription again finishes it (204).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3206,7 +3363,7 @@ func (c *ClientWithResponses) UpdateSubscriptionWithResponse(ctx context.Context
 
 // RecoverSubscriptionWithBodyWithResponse Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3221,7 +3378,7 @@ func (c *ClientWithResponses) RecoverSubscriptionWithBodyWithResponse(ctx contex
 
 // RecoverSubscriptionWithResponse Re-deliver a subscription's dead deliveries
 //
-// Sends again every delivery of the subscription that died at or after since.
+// Sends again every delivery of the subscription that died at or after since, a batch at a time; count is how many were sent again.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3560,12 +3717,40 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -3593,12 +3778,40 @@ func ParseListEventAttemptsResponse(rsp *http.Response) (*ListEventAttemptsRespo
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 

@@ -70,7 +70,7 @@ func Example() {
 	again := publish() // a retry after a timeout is safe
 	fmt.Println("same event:", again.Id == first.Id)
 
-	got, err := api.GetEventWithResponse(ctx, first.Id)
+	got, err := api.GetEventWithResponse(ctx, first.Id, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,11 +9,22 @@ import (
 )
 
 // Page asks for one page of a list ordered by id (ids sort by creation
-// time). After is the last id of the previous page ("" for the first);
-// Limit is at least 1.
+// time), or by the key the method names. After is the last key of the
+// previous page ("" for the first); Limit is at least 1.
 type Page struct {
 	After string
 	Limit int
+}
+
+// AttemptPage asks for one page of an event's attempts, which are ordered
+// by subscription id then attempt number (an event has at most one
+// delivery per subscription). AfterSubscription and AfterAttempt are the
+// last attempt of the previous page ("" and 0 for the first); Limit is at
+// least 1.
+type AttemptPage struct {
+	AfterSubscription string
+	AfterAttempt      int
+	Limit             int
 }
 
 // SubscriptionStore keeps subscriptions. All methods are safe for concurrent
@@ -33,13 +44,37 @@ type SubscriptionStore interface {
 	// domain.ErrNotFound when id does not exist.
 	UpdateSubscription(ctx context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error)
 	// DeleteSubscription removes id together with its deliveries and their
-	// attempts, and rolls up the status of the events those deliveries
-	// belonged to (an event whose other deliveries are all terminal becomes
-	// delivered or failed). Returns domain.ErrNotFound when id does not exist.
-	DeleteSubscription(ctx context.Context, id string) error
+	// attempts, in steps of at most batch deliveries, each its own short
+	// transaction: the caller calls it again until it returns done. The
+	// first call marks the subscription deleted; from then on every read
+	// treats it as gone (GetSubscription, UpdateSubscription and
+	// RecoverDeliveries return domain.ErrNotFound, ListSubscriptions leaves
+	// it out), it is no longer active (ActiveSubscriptions leaves it out, and
+	// a claim of one of its deliveries returns it inactive), and a change to
+	// subscriptions is recorded as for any update. Each call then deletes up
+	// to batch of its deliveries with their attempts, and rolls up the
+	// status of their events (an event whose other deliveries are all
+	// terminal becomes delivered or failed); once none is left it deletes
+	// the subscription and returns done. A deletion interrupted midway
+	// leaves the subscription marked, and calling DeleteSubscription again
+	// resumes it. Returns domain.ErrNotFound when id does not exist (also
+	// once its deletion is done).
+	DeleteSubscription(ctx context.Context, id string, batch int) (done bool, err error)
 	// ActiveSubscriptions returns every active subscription. Fan-out matches
 	// event types against them in memory.
 	ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error)
+}
+
+// SubscriptionDeletions is what the scheduler needs to finish the
+// deletions of subscriptions that were interrupted (the process deleting
+// one died midway). It is safe for concurrent use.
+type SubscriptionDeletions interface {
+	// UnfinishedDeletions returns up to limit subscriptions whose deletion
+	// is under way (marked by DeleteSubscription and not done), longest
+	// under way first.
+	UnfinishedDeletions(ctx context.Context, limit int) ([]string, error)
+	// DeleteSubscription is SubscriptionStore.DeleteSubscription.
+	DeleteSubscription(ctx context.Context, id string, batch int) (done bool, err error)
 }
 
 // EventStore keeps events. All methods are safe for concurrent use.
@@ -178,12 +213,16 @@ type DeliveryStore interface {
 	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) (next []string, err error)
 	// GetDelivery returns domain.ErrNotFound when id does not exist.
 	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
-	// EventDeliveries returns every delivery of eventID in id order (none if
-	// the event has none or does not exist).
-	EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error)
-	// EventAttempts returns every attempt of every delivery of eventID,
-	// ordered by delivery id then attempt number.
-	EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error)
+	// EventDeliveries returns up to p.Limit deliveries of eventID whose
+	// subscription id is above p.After, in subscription id order (none if
+	// the event has none or does not exist). The order is the one the
+	// (event, subscription) uniqueness already indexes, so a page of an
+	// event with any number of deliveries reads only that page.
+	EventDeliveries(ctx context.Context, eventID string, p Page) ([]domain.Delivery, error)
+	// EventAttempts returns up to p.Limit attempts of the deliveries of
+	// eventID that come after (p.AfterSubscription, p.AfterAttempt),
+	// ordered by subscription id then attempt number.
+	EventAttempts(ctx context.Context, eventID string, p AttemptPage) ([]domain.Attempt, error)
 	// ReleaseDelivery stores a claimed delivery's new state without an
 	// attempt: a postponement (throttled, circuit open: status back to
 	// pending or retrying, a later NextAttemptAt, a Reason) or a settlement
@@ -201,11 +240,16 @@ type DeliveryStore interface {
 	// it does not exist, and domain.ErrConflict when it is pending,
 	// delivering or delivered.
 	RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error)
-	// RecoverDeliveries does what RetryDelivery does to every dead delivery
-	// of subscriptionID whose last update (the moment it died) is at or after
-	// since, and returns their ids. Returns domain.ErrNotFound when the
-	// subscription does not exist.
-	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error)
+	// RecoverDeliveries is one batch of a subscription's recovery, in one
+	// short transaction: it looks at up to p.Limit dead deliveries of
+	// subscriptionID with id above p.After whose last update (the moment
+	// they died) is at or after since, in id order, and does what
+	// RetryDelivery does to those still dead. The caller passes Next as
+	// the following batch's p.After until it is "", so a recovery of any
+	// size holds no lock for longer than one batch, and a delivery that
+	// dies again meanwhile is not recovered twice. Returns
+	// domain.ErrNotFound when the subscription does not exist.
+	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p Page) (Recovered, error)
 	// ListDeliveries returns up to p.Limit deliveries matching f with id >
 	// p.After, in id order. Zero fields of f match everything.
 	ListDeliveries(ctx context.Context, f DeliveryFilter, p Page) ([]domain.Delivery, error)
@@ -229,6 +273,16 @@ type DeliveryFilter struct {
 	SubscriptionID string
 	EventID        string
 	Status         domain.DeliveryStatus
+}
+
+// Recovered is one batch of DeliveryStore.RecoverDeliveries.
+type Recovered struct {
+	// IDs are the deliveries made due again, in id order.
+	IDs []string
+	// Next is the last delivery the batch looked at, where the next batch
+	// starts; "" when the batch found fewer than its limit, so none
+	// follows.
+	Next string
 }
 
 // InlineFanOut decides the deliveries of a new event from the active
@@ -271,6 +325,7 @@ type Claimed struct {
 // Store is every store port; adapters implement all of them on one backend.
 type Store interface {
 	SubscriptionStore
+	SubscriptionDeletions
 	EventStore
 	DeliveryStore
 	// Ping reports whether the backend is reachable (readiness).

@@ -87,40 +87,8 @@ SELECT
     retried.created_at, retried.updated_at, retried.lease_until
 FROM retried;
 
--- name: RecoverDeliveries :one
--- RetryDelivery for every dead delivery of a subscription that died at or
--- after @since, in one statement. Deliveries are locked in id order, so
--- concurrent recoveries cannot deadlock; a delivery retried
--- meanwhile fails the re-checked status and is skipped.
--- subscription_found tells an unknown subscription from one with nothing
--- to recover.
-WITH recovered AS (
-    UPDATE deliveries SET
-        status = 'retrying',
-        next_attempt_at = @now,
-        reason = '',
-        enqueued_at = NULL,
-        updated_at = @now
-    WHERE deliveries.id IN (
-        SELECT d.id FROM deliveries d
-        WHERE d.subscription_id = @subscription_id
-          AND d.status = 'dead'
-          AND d.updated_at >= @since
-        ORDER BY d.id
-        FOR UPDATE
-    )
-    AND deliveries.status = 'dead'
-    RETURNING deliveries.id
-)
-SELECT
-    EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = @subscription_id) AS subscription_found,
-    ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids;
-
 -- name: GetDelivery :one
 SELECT * FROM deliveries WHERE id = @id;
-
--- name: EventDeliveries :many
-SELECT * FROM deliveries WHERE event_id = @event_id ORDER BY id;
 
 -- name: ListDeliveries :many
 -- One page of deliveries in id order; a NULL filter matches everything.
@@ -146,12 +114,6 @@ LIMIT @max_rows;
 
 -- name: DeliveryAttempts :many
 SELECT * FROM attempts WHERE delivery_id = @delivery_id ORDER BY attempt;
-
--- name: EventAttempts :many
-SELECT a.* FROM attempts a
-JOIN deliveries d ON d.id = a.delivery_id
-WHERE d.event_id = @event_id
-ORDER BY a.delivery_id, a.attempt;
 
 -- name: DueDeliveries :many
 -- The scheduler's scan: due, non-terminal deliveries neither leased nor

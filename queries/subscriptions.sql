@@ -12,16 +12,18 @@ INSERT INTO subscriptions (
 );
 
 -- name: GetSubscription :one
-SELECT * FROM subscriptions WHERE id = @id;
+-- A subscription being deleted (migration 00013) reads as gone.
+SELECT * FROM subscriptions WHERE id = @id AND deleted_at IS NULL;
 
 -- name: GetSubscriptionForUpdate :one
 -- Locks the row until the transaction ends, so concurrent updates of one
--- subscription apply one after the other.
-SELECT * FROM subscriptions WHERE id = @id FOR UPDATE;
+-- subscription apply one after the other. One being deleted is gone (the
+-- condition is re-checked once the lock is held).
+SELECT * FROM subscriptions WHERE id = @id AND deleted_at IS NULL FOR UPDATE;
 
 -- name: ListSubscriptions :many
 SELECT * FROM subscriptions
-WHERE id > @after
+WHERE id > @after AND deleted_at IS NULL
 ORDER BY id
 LIMIT @max_rows;
 
@@ -48,24 +50,17 @@ UPDATE subscriptions SET
 WHERE id = @id;
 
 -- name: LockSubscription :one
--- Locks the row until the transaction ends. Deleting a subscription takes
--- this lock first: it waits for fan-outs that are inserting deliveries to it
--- (they hold a key-share lock on it, migration 00011) and makes later ones
--- find it gone, so the deletion sees every delivery it removes.
+-- Locks the row until the transaction ends. The last step of deleting a
+-- subscription takes this lock first: it waits for fan-outs that are
+-- inserting deliveries to it (they hold a key-share lock on it, migration
+-- 00011) and makes later ones find it gone, so the deletion sees every
+-- delivery it removes.
 SELECT id FROM subscriptions WHERE id = @id FOR UPDATE;
 
--- name: LockSubscriptionDeliveries :exec
--- Locks the subscription's deliveries until the transaction ends. Deleting
--- a subscription takes these locks after the subscription's and before it
--- deletes anything: a record of an attempt holds its delivery's row lock
--- until it commits, so once these are held every attempt stored for them
--- is committed, and the deletion's next statement sees it. A record that
--- comes later waits, then finds its delivery gone and stores nothing
--- (migration 00012).
-SELECT 1 FROM deliveries WHERE deliveries.subscription_id = @id FOR UPDATE;
-
 -- name: DeleteSubscription :exec
--- Removes the subscription, its deliveries and their attempts.
+-- Removes the subscription, its deliveries and their attempts: the last
+-- step of a deletion, once LockSubscription and LockDeliveriesToDelete
+-- hold the row and the few deliveries left.
 WITH attempts_removed AS (
     DELETE FROM attempts USING deliveries
     WHERE deliveries.subscription_id = @id AND attempts.delivery_id = deliveries.id

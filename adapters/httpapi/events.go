@@ -8,6 +8,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // Event is an event as the API shows it, with each delivery's state.
@@ -20,7 +21,9 @@ type Event struct {
 	Status        string            `json:"status" enum:"pending,delivered,failed" doc:"pending until every delivery is terminal, then delivered, or failed if any is dead or the event could not be fanned out."`
 	FailureReason *string           `json:"failure_reason" doc:"Why the event could not be fanned out, when it was settled failed for that; null otherwise."`
 	CreatedAt     time.Time         `json:"created_at"`
-	Deliveries    []DeliverySummary `json:"deliveries"`
+	Deliveries    []DeliverySummary `json:"deliveries" doc:"One page of the event's deliveries, in subscription id order."`
+	// DeliveriesNextCursor is null on the last page of deliveries.
+	DeliveriesNextCursor *string `json:"deliveries_next_cursor" doc:"Pass as cursor to get the next page of deliveries; null on the last page."`
 }
 
 // DeliverySummary is one delivery's state within an event.
@@ -122,6 +125,18 @@ type eventIDInput struct {
 	ID string `path:"id" maxLength:"64" doc:"Event id."`
 }
 
+type getEventInput struct {
+	ID     string `path:"id" maxLength:"64" doc:"Event id."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Deliveries per page."`
+	Cursor string `query:"cursor" maxLength:"128" doc:"deliveries_next_cursor of the previous page."`
+}
+
+type listEventAttemptsInput struct {
+	ID     string `path:"id" maxLength:"64" doc:"Event id."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Page size."`
+	Cursor string `query:"cursor" maxLength:"128" doc:"next_cursor of the previous page."`
+}
+
 type eventOutput struct {
 	Body Event
 }
@@ -150,26 +165,42 @@ func (h *handlers) registerEvents(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "get-event", Method: http.MethodGet, Path: "/v1/events/{id}",
 		Summary: "Get an event", Tags: tags,
-		Description: "The event, its status, and each delivery's status.",
-	}, func(ctx context.Context, in *eventIDInput) (*eventOutput, error) {
-		view, err := h.events.Get(ctx, in.ID)
+		Description: "The event, its status, and one page of its deliveries with each one's status " +
+			"(deliveries_next_cursor leads to the next). The status covers every delivery, not only the page.",
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, func(ctx context.Context, in *getEventInput) (*eventOutput, error) {
+		after, err := decodeCursor(in.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		view, err := h.events.Get(ctx, in.ID, ports.Page{After: after, Limit: in.Limit + 1})
 		if err != nil {
 			return nil, problem(ctx, h.log, err)
 		}
-		return &eventOutput{Body: eventJSON(view.Event, view.Deliveries)}, nil
+		page, next := paginate(view.Deliveries, in.Limit, func(d domain.Delivery) string { return d.SubscriptionID })
+		out := &eventOutput{Body: eventJSON(view.Event, page)}
+		out.Body.DeliveriesNextCursor = next
+		return out, nil
 	})
 
 	huma.Register(api, huma.Operation{
 		OperationID: "list-event-attempts", Method: http.MethodGet, Path: "/v1/events/{id}/attempts",
 		Summary: "List an event's attempts", Tags: tags,
-		Description: "Every attempt of every delivery of the event.",
-	}, func(ctx context.Context, in *eventIDInput) (*attemptsOutput, error) {
-		attempts, err := h.events.Attempts(ctx, in.ID)
+		Description: "The attempts of every delivery of the event, one page at a time, by subscription id then attempt number.",
+		Errors:      []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, func(ctx context.Context, in *listEventAttemptsInput) (*attemptsOutput, error) {
+		after, err := decodeAttemptCursor(in.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		after.Limit = in.Limit + 1
+		attempts, err := h.events.Attempts(ctx, in.ID, after)
 		if err != nil {
 			return nil, problem(ctx, h.log, err)
 		}
-		out := &attemptsOutput{Body: List[Attempt]{Data: make([]Attempt, len(attempts))}}
-		for i, a := range attempts {
+		page, next := paginate(attempts, in.Limit, attemptCursorKey)
+		out := &attemptsOutput{Body: List[Attempt]{Data: make([]Attempt, len(page)), NextCursor: next}}
+		for i, a := range page {
 			out.Body.Data[i] = attemptJSON(a)
 		}
 		return out, nil

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -25,11 +26,34 @@ func decodeCursor(cursor string) (string, error) {
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) || len(raw) == len(cursorPrefix) || domain.TextProblem(string(raw)) != "" {
-		return "", huma.Error400BadRequest("invalid cursor", &huma.ErrorDetail{
-			Location: "query.cursor", Message: "is not a cursor returned by this API", Value: cursor,
-		})
+		return "", errInvalidCursor(cursor)
 	}
 	return strings.TrimPrefix(string(raw), cursorPrefix), nil
+}
+
+func errInvalidCursor(cursor string) error {
+	return huma.Error400BadRequest("invalid cursor", &huma.ErrorDetail{
+		Location: "query.cursor", Message: "is not a cursor returned by this API", Value: cursor,
+	})
+}
+
+// An event's attempts are ordered by subscription id then attempt number,
+// so their cursor is a cursor whose key holds both: "<subscription id>/<n>".
+func attemptCursorKey(a domain.Attempt) string {
+	return a.SubscriptionID + "/" + strconv.Itoa(a.Number)
+}
+
+func decodeAttemptCursor(cursor string) (ports.AttemptPage, error) {
+	key, err := decodeCursor(cursor)
+	if err != nil || key == "" {
+		return ports.AttemptPage{}, err
+	}
+	sub, number, ok := strings.Cut(key, "/")
+	n, err := strconv.Atoi(number)
+	if !ok || sub == "" || err != nil || n < 1 {
+		return ports.AttemptPage{}, errInvalidCursor(cursor)
+	}
+	return ports.AttemptPage{AfterSubscription: sub, AfterAttempt: n}, nil
 }
 
 // paginate trims items fetched with limit+1 to limit and returns the next

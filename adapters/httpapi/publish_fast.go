@@ -282,6 +282,10 @@ func appendEventJSON(b []byte, tVal any, ev *Event) (_ []byte, ok bool) {
 	} else {
 		b = append(b, "[]"...)
 	}
+	if ev.DeliveriesNextCursor != nil {
+		return b, false // a publish's answer has no page of deliveries to follow
+	}
+	b = append(b, `,"deliveries_next_cursor":null`...)
 	return append(b, "}\n"...), true
 }
 

@@ -317,7 +317,8 @@ func (h *handlers) registerSubscriptions(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "recover-subscription", Method: http.MethodPost, Path: "/v1/subscriptions/{id}/recover",
 		Summary: "Re-deliver a subscription's dead deliveries", DefaultStatus: http.StatusAccepted, Tags: tags,
-		Description: "Sends again every delivery of the subscription that died at or after since.",
+		Description: "Sends again every delivery of the subscription that died at or after since, a batch at a time; " +
+			"count is how many were sent again.",
 	}, func(ctx context.Context, in *recoverInput) (*recoverOutput, error) {
 		n, err := h.deliveries.Recover(ctx, in.ID, in.Body.Since)
 		if err != nil {
@@ -331,7 +332,9 @@ func (h *handlers) registerSubscriptions(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "delete-subscription", Method: http.MethodDelete, Path: "/v1/subscriptions/{id}",
 		Summary: "Delete a subscription", DefaultStatus: http.StatusNoContent, Tags: tags,
-		Description: "Deletes the subscription with its deliveries and their attempts.",
+		Description: "Deletes the subscription with its deliveries and their attempts, a batch at a time. " +
+			"From the first batch the subscription reads as gone (404) and receives nothing; " +
+			"when a deletion is interrupted, deleting the subscription again finishes it (204).",
 	}, func(ctx context.Context, in *subscriptionIDInput) (*struct{}, error) {
 		if err := h.subscriptions.Delete(ctx, in.ID); err != nil {
 			return nil, problem(ctx, h.log, err)

@@ -22,7 +22,12 @@ var _ ports.Store = (*Store)(nil)
 type Store struct {
 	mu            sync.Mutex
 	subscriptions map[string]domain.Subscription
-	events        map[string]*storedEvent
+	// deleting holds the subscriptions whose deletion is under way, each
+	// with the order it was marked in: every read treats them as gone.
+	deleting map[string]uint64
+	// marks counts the deletions ever marked.
+	marks  uint64
+	events map[string]*storedEvent
 	// idempotencyKeys maps a key to the id of the event that owns it.
 	idempotencyKeys map[string]string
 	deliveries      map[string]*storedDelivery
@@ -54,6 +59,7 @@ type storedDelivery struct {
 func NewStore() *Store {
 	return &Store{
 		subscriptions:   map[string]domain.Subscription{},
+		deleting:        map[string]uint64{},
 		events:          map[string]*storedEvent{},
 		idempotencyKeys: map[string]string{},
 		deliveries:      map[string]*storedDelivery{},
@@ -81,7 +87,7 @@ func (s *Store) GetSubscription(_ context.Context, id string) (domain.Subscripti
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subscriptions[id]
-	if !ok {
+	if !ok || isDeleting(s.deleting, id) {
 		return domain.Subscription{}, fmt.Errorf("get subscription %s: %w", id, domain.ErrNotFound)
 	}
 	return copySubscription(sub), nil
@@ -94,7 +100,7 @@ func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Sub
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(s.subscriptions))
+	ids := slices.DeleteFunc(slices.Sorted(maps.Keys(s.subscriptions)), func(id string) bool { return isDeleting(s.deleting, id) })
 	start, _ := slices.BinarySearch(ids, p.After)
 	if start < len(ids) && ids[start] == p.After {
 		start++
@@ -132,7 +138,7 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	current, ok := s.subscriptions[id]
-	if !ok {
+	if !ok || isDeleting(s.deleting, id) {
 		return domain.Subscription{}, fmt.Errorf("update subscription %s: %w", id, domain.ErrNotFound)
 	}
 	sub := copySubscription(current)
@@ -146,28 +152,59 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 }
 
 // DeleteSubscription implements ports.SubscriptionStore.
-func (s *Store) DeleteSubscription(_ context.Context, id string) error {
+func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (bool, error) {
+	if batch < 1 {
+		return false, fmt.Errorf("delete subscription %s: batch must be at least 1, got %d", id, batch)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.subscriptions[id]; !ok {
-		return fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
+	sub, ok := s.subscriptions[id]
+	if !ok {
+		return false, fmt.Errorf("delete subscription %s: %w", id, domain.ErrNotFound)
 	}
-	delete(s.subscriptions, id)
-	touched := map[string]bool{}
+	if !isDeleting(s.deleting, id) {
+		s.marks++
+		s.deleting[id] = s.marks
+		sub.Active = false
+		s.subscriptions[id] = sub
+	}
+	var mine []string
 	for did, d := range s.deliveries {
-		if d.delivery.SubscriptionID != id {
-			continue
+		if d.delivery.SubscriptionID == id {
+			mine = append(mine, did)
 		}
+	}
+	slices.Sort(mine)
+	touched := map[string]bool{}
+	for _, did := range mine[:min(batch, len(mine))] {
+		eventID := s.deliveries[did].delivery.EventID
 		delete(s.deliveries, did)
 		delete(s.attempts, did)
-		eventID := d.delivery.EventID
 		s.eventDeliveries[eventID] = slices.DeleteFunc(s.eventDeliveries[eventID], func(x string) bool { return x == did })
 		touched[eventID] = true
 	}
 	for eventID := range touched {
 		s.rollUp(eventID)
 	}
-	return nil
+	if len(mine) > batch {
+		return false, nil
+	}
+	delete(s.subscriptions, id)
+	delete(s.deleting, id)
+	return true, nil
+}
+
+// UnfinishedDeletions implements ports.SubscriptionDeletions.
+func (s *Store) UnfinishedDeletions(_ context.Context, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.SortedFunc(maps.Keys(s.deleting), func(a, b string) int { return cmp.Compare(s.deleting[a], s.deleting[b]) })
+	return ids[:min(len(ids), max(limit, 0))], nil
+}
+
+func isDeleting(deleting map[string]uint64, id string) bool {
+	_, ok := deleting[id]
+	return ok
 }
 
 // CreateEvent implements ports.EventStore.
@@ -556,23 +593,31 @@ func (s *Store) retry(d *storedDelivery, now time.Time) {
 }
 
 // RecoverDeliveries implements ports.DeliveryStore.
-func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
+func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
+	if p.Limit < 1 {
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: limit must be at least 1, got %d", subscriptionID, p.Limit)
+	}
 	since, now = normalizeTime(since), normalizeTime(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.subscriptions[subscriptionID]; !ok {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+	if _, ok := s.subscriptions[subscriptionID]; !ok || isDeleting(s.deleting, subscriptionID) {
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
-	ids := []string{}
+	out := ports.Recovered{IDs: []string{}}
+	scanned := 0
 	for _, id := range slices.Sorted(maps.Keys(s.deliveries)) {
 		d := s.deliveries[id]
-		if d.delivery.SubscriptionID != subscriptionID || d.delivery.Status != domain.DeliveryDead || d.delivery.UpdatedAt.Before(since) {
+		if id <= p.After || d.delivery.SubscriptionID != subscriptionID || d.delivery.Status != domain.DeliveryDead || d.delivery.UpdatedAt.Before(since) {
 			continue
 		}
 		s.retry(d, now)
-		ids = append(ids, id)
+		out.IDs = append(out.IDs, id)
+		if scanned++; scanned == p.Limit {
+			out.Next = id
+			break
+		}
 	}
-	return ids, nil
+	return out, nil
 }
 
 // ListDeliveries implements ports.DeliveryStore.
@@ -636,26 +681,57 @@ func (s *Store) GetDelivery(_ context.Context, id string) (domain.Delivery, erro
 }
 
 // EventDeliveries implements ports.DeliveryStore.
-func (s *Store) EventDeliveries(_ context.Context, eventID string) ([]domain.Delivery, error) {
+func (s *Store) EventDeliveries(_ context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := slices.Sorted(slices.Values(s.eventDeliveries[eventID]))
-	out := make([]domain.Delivery, len(ids))
-	for i, id := range ids {
-		out[i] = s.deliveries[id].delivery
+	out := []domain.Delivery{}
+	for _, d := range s.bySubscription(eventID) {
+		if len(out) == p.Limit {
+			break
+		}
+		if d.SubscriptionID > p.After {
+			out = append(out, d)
+		}
 	}
 	return out, nil
 }
 
 // EventAttempts implements ports.DeliveryStore.
-func (s *Store) EventAttempts(_ context.Context, eventID string) ([]domain.Attempt, error) {
+func (s *Store) EventAttempts(_ context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []domain.Attempt{}
-	for _, id := range slices.Sorted(slices.Values(s.eventDeliveries[eventID])) {
-		out = append(out, s.attempts[id]...)
+	for _, d := range s.bySubscription(eventID) {
+		if d.SubscriptionID < p.AfterSubscription {
+			continue
+		}
+		for _, a := range s.attempts[d.ID] {
+			if len(out) == p.Limit {
+				return out, nil
+			}
+			if d.SubscriptionID > p.AfterSubscription || a.Number > p.AfterAttempt {
+				out = append(out, a)
+			}
+		}
 	}
 	return out, nil
+}
+
+// bySubscription returns the deliveries of eventID in subscription id
+// order; s.mu is held.
+func (s *Store) bySubscription(eventID string) []domain.Delivery {
+	out := make([]domain.Delivery, 0, len(s.eventDeliveries[eventID]))
+	for _, id := range s.eventDeliveries[eventID] {
+		out = append(out, s.deliveries[id].delivery)
+	}
+	slices.SortFunc(out, func(a, b domain.Delivery) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
+	return out
 }
 
 // DueDeliveries implements ports.DeliveryStore.

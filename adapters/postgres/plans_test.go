@@ -14,6 +14,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // TestBatchPlansProbeTheKey checks the plans a BatchPool's sessions cache
@@ -182,4 +183,71 @@ func TestDueScanSkipsQueuedDeliveries(t *testing.T) {
 	ids, err = store.DueDeliveries(ctx, now.Add(time.Minute), 30*time.Second, 3)
 	require.NoError(t, err)
 	assert.Len(t, ids, 3)
+}
+
+// TestEventPagesReadOnlyTheirPage checks that a page of an event's
+// deliveries or attempts costs the page, not the event: with 10,000
+// deliveries of one event, each with two attempts, a page of 50 from the
+// middle reads a few dozen buffers. Ordered by delivery id, a page had
+// either to fetch every delivery of the event and sort them, or to walk
+// the primary key through other events' deliveries.
+func TestEventPagesReadOnlyTheirPage(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := pgtest.NewPool(t).Config()
+	cfg.MaxConns = 1 // the statistics read below are those its session flushed
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	now := time.Now().UTC()
+	for _, stmt := range []string{
+		`INSERT INTO events (id, type, data, created_at, fanned_out_at) VALUES ('evt_1', 'order.paid', '{}', $1, $1)`,
+		// Delivery ids sort opposite to subscription ids.
+		`INSERT INTO deliveries (id, event_id, subscription_id, status, next_attempt_at, created_at, updated_at)
+		 SELECT 'dlv_' || lpad((100000 - g)::text, 6, '0'), 'evt_1', 'sub_' || lpad(g::text, 6, '0'), 'retrying', $1, $1, $1
+		 FROM generate_series(1, 10000) g`,
+		`INSERT INTO attempts (delivery_id, subscription_id, attempt, status_code, duration, created_at)
+		 SELECT 'dlv_' || lpad((100000 - g)::text, 6, '0'), 'sub_' || lpad(g::text, 6, '0'), n, 500, '1 ms', $1
+		 FROM generate_series(1, 10000) g, generate_series(1, 2) n`,
+		// Another event, fanned out at the same moments to the same
+		// subscriptions: its delivery ids interleave with the first's.
+		`INSERT INTO events (id, type, data, created_at, fanned_out_at) VALUES ('evt_2', 'order.paid', '{}', $1, $1)`,
+		`INSERT INTO deliveries (id, event_id, subscription_id, status, next_attempt_at, created_at, updated_at)
+		 SELECT 'dlv_' || lpad((100000 - g)::text, 6, '0') || 'b', 'evt_2', 'sub_' || lpad(g::text, 6, '0'), 'retrying', $1, $1, $1
+		 FROM generate_series(1, 10000) g`,
+	} {
+		_, err := pool.Exec(ctx, stmt, now)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `ANALYZE deliveries, attempts`)
+	require.NoError(t, err)
+
+	buffersRead := func() int {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `
+			SELECT coalesce(sum(idx_blks_hit + idx_blks_read + heap_blks_hit + heap_blks_read), 0)::int
+			FROM pg_statio_user_tables WHERE relname IN ('deliveries', 'attempts')`).Scan(&n))
+		return n
+	}
+	store := postgres.New(pool)
+
+	before := buffersRead()
+	ds, err := store.EventDeliveries(ctx, "evt_1", ports.Page{After: "sub_005000", Limit: 50})
+	require.NoError(t, err)
+	read := buffersRead() - before
+	require.Len(t, ds, 50)
+	assert.Equal(t, "sub_005001", ds[0].SubscriptionID)
+	assert.Less(t, read, 50, "a page of 50 deliveries read %d buffers", read)
+
+	before = buffersRead()
+	as, err := store.EventAttempts(ctx, "evt_1", ports.AttemptPage{AfterSubscription: "sub_005000", AfterAttempt: 1, Limit: 50})
+	require.NoError(t, err)
+	read = buffersRead() - before
+	require.Len(t, as, 50)
+	assert.Equal(t, "sub_005000", as[0].SubscriptionID)
+	assert.Equal(t, 2, as[0].Number)
+	assert.Less(t, read, 300, "a page of 50 attempts read %d buffers", read)
 }

@@ -15,13 +15,14 @@ import (
 // Migration 00011 dropped the deliveries' foreign keys: the statements
 // that insert deliveries key-share-lock their subscriptions instead. These
 // tests run an insert while a subscription's deletion is under way (its
-// row locked for update and deleted, not committed, as DeleteSubscription
-// leaves it before its commit): the insert must wait for it and then leave
+// row locked for update and deleted, not committed, as the last step of
+// DeleteSubscription leaves it before its commit): the insert must wait for it and then leave
 // the deleted subscription out, so no delivery outlives its subscription.
 
 // Migration 00012 dropped the attempts' foreign key too: DeleteSubscription
-// deletes its deliveries' attempts itself, after locking the deliveries so
-// that a record in flight is committed first (TestDeleteWaitsForARecord).
+// deletes its deliveries' attempts itself, a batch at a time, after locking
+// the batch's deliveries so that a record in flight is committed first
+// (TestDeleteWaitsForARecord).
 
 // deleting deletes subscription id in a transaction of its own, as
 // DeleteSubscription does, and leaves it open until the returned function
@@ -121,7 +122,7 @@ func TestInlineFanOutWaitsForADeletionAndMatchesAgain(t *testing.T) {
 	commit()
 	res := <-done
 	require.NoError(t, res.err)
-	ds, err := f.store.EventDeliveries(t.Context(), e.ID)
+	ds, err := f.store.EventDeliveries(t.Context(), e.ID, ports.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "matched again without the deleted subscription")
 	assert.Equal(t, kept.ID, ds[0].SubscriptionID)
@@ -153,8 +154,16 @@ func TestDeleteWaitsForARecord(t *testing.T) {
 
 	commit := f.recording(t, d)
 	done := make(chan error, 1)
-	go func() { done <- f.store.DeleteSubscription(context.WithoutCancel(t.Context()), f.sub.ID) }()
-	f.stuckStatement(t, "LockSubscriptionDeliveries")
+	go func() {
+		for {
+			finished, err := f.store.DeleteSubscription(context.WithoutCancel(t.Context()), f.sub.ID, 10)
+			if err != nil || finished {
+				done <- err
+				return
+			}
+		}
+	}()
+	f.stuckStatement(t, "LockDeliveriesToDelete")
 	commit()
 	require.NoError(t, <-done)
 

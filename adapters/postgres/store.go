@@ -216,26 +216,111 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, update func(*
 	return updated, nil
 }
 
-// DeleteSubscription implements ports.SubscriptionStore in one transaction:
-// it locks the subscription (so a fan-out inserting deliveries to it
-// finishes first, and later ones fail), then its deliveries (so a record of
-// an attempt in flight commits first, and later ones store nothing), then
-// deletes it with its deliveries and their attempts. The events that lost a
-// delivery need nothing: their status is derived from the deliveries left.
-func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+// DeleteSubscription implements ports.SubscriptionStore. Each call is a
+// few short transactions, none holding more than batch rows' locks:
+//
+//  1. The first call marks the subscription (MarkSubscriptionDeleted):
+//     hidden from reads and inactive, so fan-out leaves it out from then
+//     on, and workers settle its deliveries without a request.
+//  2. Each call deletes a batch of its deliveries with their attempts:
+//     locked first, so a record of an attempt in flight commits before
+//     its attempt is deleted (LockDeliveriesToDelete, DeleteDeliveries).
+//  3. When a batch comes short, the subscription row goes: locked for
+//     update, so a fan-out that matched it before the mark (holding a
+//     key-share lock on it while it inserts) finishes first and its
+//     deliveries go too, and later ones find it gone. The deliveries left
+//     are locked as in a batch, and when more than a batch is left (a
+//     concurrent deletion held rows the batch skipped) the step is rolled
+//     back and the next call goes on.
+//
+// The events that lost a delivery need nothing: their status is derived
+// from the deliveries left.
+func (s *Store) DeleteSubscription(ctx context.Context, id string, batch int) (bool, error) {
+	if batch < 1 {
+		return false, fmt.Errorf("delete subscription %s: batch must be at least 1, got %d", id, batch)
+	}
+	marked, err := s.queries.SubscriptionDeletionMarked(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("delete subscription %s: %w", id, interpretError(err))
+	}
+	if !marked {
+		// The change counter's trigger fires on every UPDATE statement,
+		// so the mark is written once, not on every call.
+		if err := s.queries.MarkSubscriptionDeleted(ctx, id); err != nil {
+			return false, fmt.Errorf("delete subscription %s: mark: %w", id, interpretError(err))
+		}
+	}
+	n, err := s.deleteDeliveriesBatch(ctx, id, batch)
+	if err != nil {
+		return false, fmt.Errorf("delete subscription %s: %w", id, err)
+	}
+	if n == batch {
+		return false, nil
+	}
+	err = s.inTx(ctx, func(q *sqlcgen.Queries) error {
 		if _, err := q.LockSubscription(ctx, id); err != nil {
 			return interpretError(err)
 		}
-		if err := q.LockSubscriptionDeliveries(ctx, id); err != nil {
+		left, err := q.LockDeliveriesToDelete(ctx, sqlcgen.LockDeliveriesToDeleteParams{SubscriptionID: id, MaxRows: int32(batch) + 1})
+		if err != nil {
 			return interpretError(err)
+		}
+		if len(left) > batch {
+			// A concurrent deletion of it held rows the batch skipped:
+			// more than a batch is left, for the next calls.
+			return errMoreLeft
 		}
 		return interpretError(q.DeleteSubscription(ctx, id))
 	})
-	if err != nil {
-		return fmt.Errorf("delete subscription %s: %w", id, err)
+	switch {
+	case errors.Is(err, errMoreLeft):
+		return false, nil
+	case errors.Is(err, domain.ErrNotFound):
+		return true, nil // a concurrent deletion of it finished first
+	case err != nil:
+		return false, fmt.Errorf("delete subscription %s: %w", id, err)
 	}
-	return nil
+	return true, nil
+}
+
+// errMoreLeft rolls back the last step of DeleteSubscription when more
+// than a batch of deliveries is left.
+var errMoreLeft = errors.New("more than a batch of deliveries left")
+
+// UnfinishedDeletions implements ports.SubscriptionDeletions.
+func (s *Store) UnfinishedDeletions(ctx context.Context, limit int) ([]string, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	ids, err := s.queries.UnfinishedDeletions(ctx, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished deletions: %w", interpretError(err))
+	}
+	return ids, nil
+}
+
+// deleteDeliveriesBatch deletes up to batch deliveries of subscription id
+// with their attempts in one transaction, and returns how many it locked:
+// fewer than batch means none was left (but for a few a stale fan-out may
+// still insert, which the last step of DeleteSubscription takes).
+func (s *Store) deleteDeliveriesBatch(ctx context.Context, id string, batch int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(q *sqlcgen.Queries) error {
+		ids, err := q.LockDeliveriesToDelete(ctx, sqlcgen.LockDeliveriesToDeleteParams{SubscriptionID: id, MaxRows: int32(batch)})
+		if err != nil {
+			return interpretError(err)
+		}
+		n = len(ids)
+		if n == 0 {
+			return nil
+		}
+		_, err = q.DeleteDeliveries(ctx, ids)
+		return interpretError(err)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete a batch of deliveries: %w", err)
+	}
+	return n, nil
 }
 
 // maxIdempotencyRounds bounds CreateEvent's insert-or-find loop. Each round
@@ -510,20 +595,29 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (do
 }
 
 // RecoverDeliveries implements ports.DeliveryStore with one statement (see
-// the RecoverDeliveries query).
-func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time) ([]string, error) {
-	row, err := s.queries.RecoverDeliveries(ctx, sqlcgen.RecoverDeliveriesParams{
+// the RecoverDeliveriesBatch query).
+func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
+	if p.Limit < 1 {
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: limit must be at least 1, got %d", subscriptionID, p.Limit)
+	}
+	row, err := s.queries.RecoverDeliveriesBatch(ctx, sqlcgen.RecoverDeliveriesBatchParams{
 		SubscriptionID: subscriptionID,
 		Since:          since,
+		After:          p.After,
+		MaxRows:        int32(p.Limit),
 		Now:            now,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, interpretError(err))
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, interpretError(err))
 	}
 	if !row.SubscriptionFound {
-		return nil, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
+		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: %w", subscriptionID, domain.ErrNotFound)
 	}
-	return nonNil(row.Ids), nil
+	out := ports.Recovered{IDs: nonNil(row.Ids)}
+	if int(row.Scanned) == p.Limit {
+		out.Next = row.LastID
+	}
+	return out, nil
 }
 
 // ListDeliveries implements ports.DeliveryStore. The query is planned with
@@ -584,8 +678,13 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (domain.Delivery, er
 }
 
 // EventDeliveries implements ports.DeliveryStore.
-func (s *Store) EventDeliveries(ctx context.Context, eventID string) ([]domain.Delivery, error) {
-	rows, err := s.queries.EventDeliveries(ctx, eventID)
+func (s *Store) EventDeliveries(ctx context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
+	rows, err := s.queries.EventDeliveriesPage(ctx, sqlcgen.EventDeliveriesPageParams{
+		EventID: eventID, AfterSubscription: p.After, MaxRows: int32(p.Limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of event %s: %w", eventID, interpretError(err))
 	}
@@ -597,8 +696,13 @@ func (s *Store) EventDeliveries(ctx context.Context, eventID string) ([]domain.D
 }
 
 // EventAttempts implements ports.DeliveryStore.
-func (s *Store) EventAttempts(ctx context.Context, eventID string) ([]domain.Attempt, error) {
-	rows, err := s.queries.EventAttempts(ctx, eventID)
+func (s *Store) EventAttempts(ctx context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
+	}
+	rows, err := s.queries.EventAttemptsPage(ctx, sqlcgen.EventAttemptsPageParams{
+		EventID: eventID, AfterSubscription: p.AfterSubscription, AfterAttempt: int32(p.AfterAttempt), MaxRows: int32(p.Limit),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of event %s: %w", eventID, interpretError(err))
 	}

@@ -38,7 +38,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Equal(t, wantDelivery(d1a), got)
 
-		deliveries, err := f.store.EventDeliveries(f.ctx, e1.ID)
+		deliveries, err := f.store.EventDeliveries(f.ctx, e1.ID, everyDelivery)
 		require.NoError(t, err)
 		want := []domain.Delivery{wantDelivery(d1a), wantDelivery(d1b)}
 		slices.SortFunc(want, func(a, b domain.Delivery) int { return cmp.Compare(a.ID, b.ID) })
@@ -52,7 +52,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		got2, err := f.store.GetEvent(f.ctx, lonely.ID)
 		require.NoError(t, err)
 		assert.Equal(t, domain.EventDelivered, got2.Status, "an event with no deliveries is delivered")
-		none, err := f.store.EventDeliveries(f.ctx, lonely.ID)
+		none, err := f.store.EventDeliveries(f.ctx, lonely.ID, everyDelivery)
 		require.NoError(t, err)
 		assert.Empty(t, none)
 
@@ -68,14 +68,14 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		gone := f.subscription(func(s *domain.Subscription) {
 			s.ID = domain.MustNewID(domain.SubscriptionIDPrefix, base.Add(time.Millisecond))
 		})
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		require.NoError(t, f.deleteSubscription(gone.ID))
 		e := f.event()
 		toKept, toGone := newDelivery(e, kept, base), newDelivery(e, gone, base)
 		toGone.ID = domain.MustNewID(domain.DeliveryIDPrefix, base.Add(time.Millisecond))
 		created, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID, Deliveries: []domain.Delivery{toKept, toGone}}})
 		require.NoError(t, err, "a subscription deleted since the match does not fail the fan-out")
 		assert.Equal(t, []string{toKept.ID}, created)
-		ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+		ds, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 		require.NoError(t, err)
 		assert.Equal(t, []string{toKept.ID}, ids(ds))
 		again, err := f.store.CreateDeliveries(f.ctx, []ports.FanOut{{EventID: e.ID, Deliveries: []domain.Delivery{toGone}}})
@@ -104,7 +104,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{again[1].Deliveries[0].ID}, created, "only the new event's delivery is created")
 
-		deliveries, err := f.store.EventDeliveries(f.ctx, e.ID)
+		deliveries, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 		require.NoError(t, err)
 		assert.Equal(t, []string{first.Deliveries[0].ID}, ids(deliveries))
 
@@ -149,7 +149,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 		assert.Len(t, all, len(events)*len(subs), "each event is fanned out once")
 		for _, e := range events {
-			deliveries, err := f.store.EventDeliveries(f.ctx, e.ID)
+			deliveries, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 			require.NoError(t, err)
 			assert.Len(t, deliveries, len(subs))
 		}
@@ -160,7 +160,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f := newFixture(t, newStore)
 		_, err := f.store.GetDelivery(f.ctx, domain.MustNewID(domain.DeliveryIDPrefix, base))
 		assert.ErrorIs(t, err, domain.ErrNotFound)
-		deliveries, err := f.store.EventDeliveries(f.ctx, domain.MustNewID(domain.EventIDPrefix, base))
+		deliveries, err := f.store.EventDeliveries(f.ctx, domain.MustNewID(domain.EventIDPrefix, base), everyDelivery)
 		require.NoError(t, err)
 		assert.Empty(t, deliveries, "an event that does not exist has no deliveries")
 	})
@@ -304,7 +304,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		got, err := f.store.GetDelivery(f.ctx, d.ID)
 		require.NoError(t, err)
 		assert.Equal(t, wantDelivery(next), got)
-		attempts, err := f.store.EventAttempts(f.ctx, e.ID)
+		attempts, err := f.store.EventAttempts(f.ctx, e.ID, everyAttempt)
 		require.NoError(t, err)
 		require.Len(t, attempts, 1)
 		assert.Equal(t, wantAttempt(a), attempts[0])
@@ -330,7 +330,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		d, a := attemptOf(newDelivery(e, sub, base), base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
 		_, err := f.store.RecordAttempt(f.ctx, d, a)
 		assert.ErrorIs(t, err, domain.ErrNotFound)
-		attempts, err := f.store.EventAttempts(f.ctx, e.ID)
+		attempts, err := f.store.EventAttempts(f.ctx, e.ID, everyAttempt)
 		require.NoError(t, err)
 		assert.Empty(t, attempts, "no attempt was stored")
 	})
@@ -399,7 +399,7 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 	})
 
-	t.Run("EventAttemptsByDeliveryThenNumber", func(t *testing.T) {
+	t.Run("EventAttemptsBySubscriptionThenNumber", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)
 		subA, subB := f.subscription(), f.subscription()
@@ -424,22 +424,22 @@ func testDeliveries(t *testing.T, newStore func(t *testing.T) ports.Store) {
 			now = now.Add(time.Second)
 		}
 		slices.SortFunc(want, func(a, b domain.Attempt) int {
-			if c := cmp.Compare(a.DeliveryID, b.DeliveryID); c != 0 {
+			if c := cmp.Compare(a.SubscriptionID, b.SubscriptionID); c != 0 {
 				return c
 			}
 			return a.Number - b.Number
 		})
-		got, err := f.store.EventAttempts(f.ctx, e.ID)
+		got, err := f.store.EventAttempts(f.ctx, e.ID, everyAttempt)
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 		for _, a := range got {
 			assert.Equal(t, map[string]string{ds[0].ID: ds[0].SubscriptionID, ds[1].ID: ds[1].SubscriptionID}[a.DeliveryID], a.SubscriptionID)
 		}
 
-		none, err := f.store.EventAttempts(f.ctx, f.event().ID)
+		none, err := f.store.EventAttempts(f.ctx, f.event().ID, everyAttempt)
 		require.NoError(t, err)
 		assert.Empty(t, none, "an event without attempts")
-		none, err = f.store.EventAttempts(f.ctx, domain.MustNewID(domain.EventIDPrefix, base))
+		none, err = f.store.EventAttempts(f.ctx, domain.MustNewID(domain.EventIDPrefix, base), everyAttempt)
 		require.NoError(t, err)
 		assert.Empty(t, none, "an event that does not exist")
 	})

@@ -38,7 +38,7 @@ func testFanOutFailures(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.ElementsMatch(t, []string{batch[0].Deliveries[0].ID, batch[2].Deliveries[0].ID}, created,
 			"its batch-mates' deliveries are created")
 		for _, e := range []domain.Event{before, after} {
-			ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+			ds, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 			require.NoError(t, err)
 			assert.Len(t, ds, 1, "event %s is fanned out", e.ID)
 		}

@@ -53,7 +53,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		got, err := f.store.GetEvent(f.ctx, e.ID)
 		require.NoError(t, err)
 		assert.Equal(t, wantEvent(e), got)
-		ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+		ds, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 		require.NoError(t, err)
 		require.Len(t, ds, 1)
 		assert.Equal(t, created[0], ds[0].ID)
@@ -121,7 +121,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		_, err := f.store.UpdateSubscription(f.ctx, a.ID, func(s *domain.Subscription) error { s.Active = false; return nil })
 		require.NoError(t, err)
 		assert.Len(t, publish(), 1, "a deactivated subscription does not")
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, b.ID))
+		require.NoError(t, f.deleteSubscription(b.ID))
 		assert.Empty(t, publish(), "nor does a deleted one")
 		_, err = f.store.UpdateSubscription(f.ctx, a.ID, func(s *domain.Subscription) error {
 			s.Active, s.EventTypes = true, []string{"*"}
@@ -141,7 +141,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		var m matchAll
 		_, _, err := f.store.CreateEventFannedOut(f.ctx, dup, m.fanOut)
 		require.ErrorIs(t, err, domain.ErrConflict)
-		ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+		ds, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 		require.NoError(t, err)
 		assert.Empty(t, ds, "no delivery was stored for the refused event")
 	})
@@ -166,7 +166,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		wg.Wait()
 		for i, e := range events {
 			require.NoError(t, errs[i], "event %d", i)
-			ds, err := f.store.EventDeliveries(f.ctx, e.ID)
+			ds, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 			require.NoError(t, err)
 			assert.ElementsMatch(t, created[i], ids(ds), "event %d: its own deliveries", i)
 			want := 0
@@ -201,7 +201,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				continue
 			}
 			require.NoError(t, errs[i], "event %d", i)
-			ds, err := f.store.EventDeliveries(f.ctx, events[i].ID)
+			ds, err := f.store.EventDeliveries(f.ctx, events[i].ID, everyDelivery)
 			require.NoError(t, err)
 			assert.Len(t, ds, 1, fmt.Sprintf("event %d", i))
 		}

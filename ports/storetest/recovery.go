@@ -182,7 +182,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 
 		now := since.Add(2 * time.Hour)
-		got, err := f.store.RecoverDeliveries(f.ctx, subA.ID, since, now)
+		got, err := f.recoverAll(subA.ID, since, now, 2)
 		require.NoError(t, err)
 		assert.ElementsMatch(t, want, got, "every dead delivery of the subscription that died at or after since")
 
@@ -210,7 +210,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 			assert.Contains(t, due, d.ID, "%s: due at now", row.name)
 		}
 
-		again, err := f.store.RecoverDeliveries(f.ctx, subA.ID, since, now)
+		again, err := f.recoverAll(subA.ID, since, now, 2)
 		require.NoError(t, err)
 		assert.Empty(t, again, "recovered deliveries are no longer dead")
 	})
@@ -218,11 +218,11 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("RecoverUnknownSubscriptionIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)
-		_, err := f.store.RecoverDeliveries(f.ctx, domain.MustNewID(domain.SubscriptionIDPrefix, base), base, base)
+		_, err := f.recoverAll(domain.MustNewID(domain.SubscriptionIDPrefix, base), base, base, 10)
 		assert.ErrorIs(t, err, domain.ErrNotFound)
 
 		sub := f.subscription()
-		got, err := f.store.RecoverDeliveries(f.ctx, sub.ID, base, base)
+		got, err := f.recoverAll(sub.ID, base, base, 10)
 		require.NoError(t, err, "a subscription with nothing dead")
 		assert.Empty(t, got)
 	})
@@ -243,7 +243,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		errs := make([]error, recoverers)
 		for i := range recoverers {
 			wg.Go(func() {
-				results[i], errs[i] = f.store.RecoverDeliveries(f.ctx, sub.ID, base, base.Add(time.Hour))
+				results[i], errs[i] = f.recoverAll(sub.ID, base, base.Add(time.Hour), 7)
 			})
 		}
 		wg.Wait()
@@ -286,7 +286,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		}
 		wg.Go(func() {
 			// Recovers the dead deliveries of the other half.
-			_, err := f.store.RecoverDeliveries(f.ctx, subDead.ID, base, base.Add(time.Minute))
+			_, err := f.recoverAll(subDead.ID, base, base.Add(time.Minute), 5)
 			errs <- err
 		})
 		for _, r := range races {
@@ -305,4 +305,59 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 			assertEventStatus(t, f, r.event.ID, domain.EventPending, "a retried delivery keeps its event pending")
 		}
 	})
+
+	t.Run("RecoverWorksInBatchesOfItsLimit", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		sub := f.subscription()
+		var dead []string
+		for i := range 7 {
+			d := f.fanOut(f.event(), base, sub)[0]
+			status := domain.DeliveryDead
+			if i%3 == 1 {
+				status = domain.DeliveryDelivered // interleaved, never recovered
+			} else {
+				dead = append(dead, d.ID)
+			}
+			f.record(f.claim(d, base), base, outcome{status: status, statusCode: 400})
+		}
+		require.Len(t, dead, 5)
+		now := base.Add(time.Hour)
+
+		first, err := f.store.RecoverDeliveries(f.ctx, sub.ID, base, now, ports.Page{Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, dead[:2], first.IDs, "a batch recovers at most its limit, in id order")
+		assert.Equal(t, dead[1], first.Next, "and says where the next batch starts")
+		for _, id := range dead[2:] {
+			d, err := f.store.GetDelivery(f.ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, domain.DeliveryDead, d.Status, "%s is left to the next batches", id)
+		}
+
+		second, err := f.store.RecoverDeliveries(f.ctx, sub.ID, base, now, ports.Page{After: first.Next, Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, dead[2:4], second.IDs)
+		last, err := f.store.RecoverDeliveries(f.ctx, sub.ID, base, now, ports.Page{After: second.Next, Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, dead[4:], last.IDs)
+		assert.Empty(t, last.Next, "a batch short of its limit is the last")
+	})
+}
+
+// recoverAll recovers subscriptionID's dead deliveries since, batch at a
+// time, as the application does, and returns every id recovered.
+func (f *fixture) recoverAll(subscriptionID string, since, now time.Time, batch int) ([]string, error) {
+	all := []string{}
+	p := ports.Page{Limit: batch}
+	for {
+		r, err := f.store.RecoverDeliveries(f.ctx, subscriptionID, since, now, p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, r.IDs...)
+		if r.Next == "" {
+			return all, nil
+		}
+		p.After = r.Next
+	}
 }

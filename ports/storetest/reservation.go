@@ -228,7 +228,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.Equal(t, disabled, c.Subscription, "returned disabled, for the caller to settle")
 
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, sub.ID))
+		require.NoError(t, f.deleteSubscription(sub.ID))
 		_, err = f.store.TakeDelivery(f.ctx, entry(d), base, takeMargin)
 		require.ErrorIs(t, err, domain.ErrNotFound, "gone with its subscription")
 	})

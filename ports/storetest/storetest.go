@@ -37,6 +37,8 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 	t.Run("Reservation", func(t *testing.T) { t.Parallel(); testReservation(t, newStore) })
 	t.Run("Recovery", func(t *testing.T) { t.Parallel(); testRecovery(t, newStore) })
 	t.Run("Listing", func(t *testing.T) { t.Parallel(); testListing(t, newStore) })
+	t.Run("Deletion", func(t *testing.T) { t.Parallel(); testDeletion(t, newStore) })
+	t.Run("EventPages", func(t *testing.T) { t.Parallel(); testEventPages(t, newStore) })
 	t.Run("Scheduler", func(t *testing.T) { t.Parallel(); testScheduler(t, newStore) })
 	t.Run("Ordering", func(t *testing.T) { t.Parallel(); testOrdering(t, newStore) })
 	t.Run("FanOutFailures", func(t *testing.T) { t.Parallel(); testFanOutFailures(t, newStore) })
@@ -46,6 +48,13 @@ func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, f.store.Ping(f.ctx), "a store that was just opened is reachable")
 	})
 }
+
+// everyDelivery and everyAttempt are pages larger than any test's event,
+// for tests about something else than paging.
+var (
+	everyDelivery = ports.Page{Limit: 1000}
+	everyAttempt  = ports.AttemptPage{Limit: 1000}
+)
 
 // base is the suite's "now": in a non-UTC zone and with nanoseconds, so
 // every test checks that times come back in UTC at microsecond precision.

@@ -89,7 +89,7 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		_, err = f.store.UpdateSubscription(f.ctx, missing, func(*domain.Subscription) error { called = true; return nil })
 		assert.ErrorIs(t, err, domain.ErrNotFound, "UpdateSubscription")
 		assert.False(t, called, "update must not run for a missing subscription")
-		assert.ErrorIs(t, f.store.DeleteSubscription(f.ctx, missing), domain.ErrNotFound, "DeleteSubscription")
+		assert.ErrorIs(t, f.deleteSubscription(missing), domain.ErrNotFound, "DeleteSubscription")
 	})
 
 	t.Run("ListPagesInIDOrder", func(t *testing.T) {
@@ -134,7 +134,7 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.Len(t, last, 1, "the last page is short")
 
 		// A cursor stays valid when its subscription is deleted meanwhile.
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, want[2]))
+		require.NoError(t, f.deleteSubscription(want[2]))
 		page, err := f.store.ListSubscriptions(f.ctx, ports.Page{After: want[2], Limit: 2})
 		require.NoError(t, err)
 		assert.Equal(t, want[3:5], []string{page[0].ID, page[1].ID})
@@ -243,21 +243,21 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f.record(f.claim(ds[0], base), base, outcome{status: domain.DeliveryRetrying, statusCode: 500, next: base.Add(time.Minute)})
 		_, keptAttempt := f.record(f.claim(ds[1], base), base, outcome{status: domain.DeliveryRetrying, statusCode: 502, next: base.Add(time.Minute)})
 
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		require.NoError(t, f.deleteSubscription(gone.ID))
 
 		_, err := f.store.GetSubscription(f.ctx, gone.ID)
 		assert.ErrorIs(t, err, domain.ErrNotFound)
 		_, err = f.store.GetDelivery(f.ctx, ds[0].ID)
 		assert.ErrorIs(t, err, domain.ErrNotFound, "the subscription's delivery is gone")
-		deliveries, err := f.store.EventDeliveries(f.ctx, e.ID)
+		deliveries, err := f.store.EventDeliveries(f.ctx, e.ID, everyDelivery)
 		require.NoError(t, err)
 		assert.Equal(t, []string{ds[1].ID}, ids(deliveries), "another subscription's delivery of the event stays")
-		attempts, err := f.store.EventAttempts(f.ctx, e.ID)
+		attempts, err := f.store.EventAttempts(f.ctx, e.ID, everyAttempt)
 		require.NoError(t, err)
 		assert.Equal(t, []domain.Attempt{keptAttempt}, attempts, "only the kept delivery's attempt remains")
 		_, err = f.store.GetEvent(f.ctx, e.ID)
 		assert.NoError(t, err, "the event stays")
-		assert.ErrorIs(t, f.store.DeleteSubscription(f.ctx, gone.ID), domain.ErrNotFound, "a second delete")
+		assert.ErrorIs(t, f.deleteSubscription(gone.ID), domain.ErrNotFound, "a second delete")
 	})
 	t.Run("DeleteRollsUpTheEventsThatLostADelivery", func(t *testing.T) {
 		t.Parallel()
@@ -306,7 +306,7 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		d := f.fanOut(untouched, base, kept)[0]
 		f.record(f.claim(d, base), base, outcome{status: domain.DeliveryDead, statusCode: 400})
 
-		require.NoError(t, f.store.DeleteSubscription(f.ctx, gone.ID))
+		require.NoError(t, f.deleteSubscription(gone.ID))
 		for i, tc := range cases {
 			assertEventStatus(t, f, events[i].ID, tc.want, tc.name)
 		}

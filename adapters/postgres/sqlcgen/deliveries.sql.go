@@ -136,82 +136,6 @@ func (q *Queries) DueDeliveries(ctx context.Context, arg DueDeliveriesParams) ([
 	return items, nil
 }
 
-const eventAttempts = `-- name: EventAttempts :many
-SELECT a.delivery_id, a.subscription_id, a.attempt, a.status_code, a.response_body, a.error, a.duration, a.created_at FROM attempts a
-JOIN deliveries d ON d.id = a.delivery_id
-WHERE d.event_id = $1
-ORDER BY a.delivery_id, a.attempt
-`
-
-func (q *Queries) EventAttempts(ctx context.Context, eventID string) ([]Attempt, error) {
-	rows, err := q.db.Query(ctx, eventAttempts, eventID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []Attempt{}
-	for rows.Next() {
-		var i Attempt
-		if err := rows.Scan(
-			&i.DeliveryID,
-			&i.SubscriptionID,
-			&i.Attempt,
-			&i.StatusCode,
-			&i.ResponseBody,
-			&i.Error,
-			&i.Duration,
-			&i.CreatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const eventDeliveries = `-- name: EventDeliveries :many
-SELECT id, event_id, subscription_id, status, attempts, next_attempt_at, enqueued_at, last_status_code, last_error, reason, ordering_key, created_at, updated_at, lease_until, reserved_until FROM deliveries WHERE event_id = $1 ORDER BY id
-`
-
-func (q *Queries) EventDeliveries(ctx context.Context, eventID string) ([]Delivery, error) {
-	rows, err := q.db.Query(ctx, eventDeliveries, eventID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []Delivery{}
-	for rows.Next() {
-		var i Delivery
-		if err := rows.Scan(
-			&i.ID,
-			&i.EventID,
-			&i.SubscriptionID,
-			&i.Status,
-			&i.Attempts,
-			&i.NextAttemptAt,
-			&i.EnqueuedAt,
-			&i.LastStatusCode,
-			&i.LastError,
-			&i.Reason,
-			&i.OrderingKey,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.LeaseUntil,
-			&i.ReservedUntil,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const fanOut = `-- name: FanOut :many
 WITH claimed AS (
     UPDATE events SET fanned_out_at = now()
@@ -421,54 +345,6 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 		return nil, err
 	}
 	return items, nil
-}
-
-const recoverDeliveries = `-- name: RecoverDeliveries :one
-WITH recovered AS (
-    UPDATE deliveries SET
-        status = 'retrying',
-        next_attempt_at = $2,
-        reason = '',
-        enqueued_at = NULL,
-        updated_at = $2
-    WHERE deliveries.id IN (
-        SELECT d.id FROM deliveries d
-        WHERE d.subscription_id = $1
-          AND d.status = 'dead'
-          AND d.updated_at >= $3
-        ORDER BY d.id
-        FOR UPDATE
-    )
-    AND deliveries.status = 'dead'
-    RETURNING deliveries.id
-)
-SELECT
-    EXISTS (SELECT 1 FROM subscriptions WHERE subscriptions.id = $1) AS subscription_found,
-    ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids
-`
-
-type RecoverDeliveriesParams struct {
-	SubscriptionID string
-	Now            time.Time
-	Since          time.Time
-}
-
-type RecoverDeliveriesRow struct {
-	SubscriptionFound bool
-	Ids               []string
-}
-
-// RetryDelivery for every dead delivery of a subscription that died at or
-// after @since, in one statement. Deliveries are locked in id order, so
-// concurrent recoveries cannot deadlock; a delivery retried
-// meanwhile fails the re-checked status and is skipped.
-// subscription_found tells an unknown subscription from one with nothing
-// to recover.
-func (q *Queries) RecoverDeliveries(ctx context.Context, arg RecoverDeliveriesParams) (RecoverDeliveriesRow, error) {
-	row := q.db.QueryRow(ctx, recoverDeliveries, arg.SubscriptionID, arg.Now, arg.Since)
-	var i RecoverDeliveriesRow
-	err := row.Scan(&i.SubscriptionFound, &i.Ids)
-	return i, err
 }
 
 const retryDelivery = `-- name: RetryDelivery :one

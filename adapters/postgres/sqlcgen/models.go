@@ -86,6 +86,7 @@ type Subscription struct {
 	Headers                 []byte
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
+	DeletedAt               pgtype.Timestamptz
 }
 
 type SubscriptionVersion struct {

@@ -13,7 +13,7 @@ import (
 )
 
 const activeSubscriptions = `-- name: ActiveSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE active ORDER BY id
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE active ORDER BY id
 `
 
 func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, error) {
@@ -43,6 +43,7 @@ func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, erro
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -121,16 +122,19 @@ WITH attempts_removed AS (
 DELETE FROM subscriptions WHERE subscriptions.id = $1
 `
 
-// Removes the subscription, its deliveries and their attempts.
+// Removes the subscription, its deliveries and their attempts: the last
+// step of a deletion, once LockSubscription and LockDeliveriesToDelete
+// hold the row and the few deliveries left.
 func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, deleteSubscription, id)
 	return err
 }
 
 const getSubscription = `-- name: GetSubscription :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL
 `
 
+// A subscription being deleted (migration 00013) reads as gone.
 func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription, error) {
 	row := q.db.QueryRow(ctx, getSubscription, id)
 	var i Subscription
@@ -152,16 +156,18 @@ func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription,
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DeletedAt,
 	)
 	return i, err
 }
 
 const getSubscriptionForUpdate = `-- name: GetSubscriptionForUpdate :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1 FOR UPDATE
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 // Locks the row until the transaction ends, so concurrent updates of one
-// subscription apply one after the other.
+// subscription apply one after the other. One being deleted is gone (the
+// condition is re-checked once the lock is held).
 func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subscription, error) {
 	row := q.db.QueryRow(ctx, getSubscriptionForUpdate, id)
 	var i Subscription
@@ -183,13 +189,14 @@ func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subs
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DeletedAt,
 	)
 	return i, err
 }
 
 const listSubscriptions = `-- name: ListSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions
-WHERE id > $1
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions
+WHERE id > $1 AND deleted_at IS NULL
 ORDER BY id
 LIMIT $2
 `
@@ -226,6 +233,7 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -241,31 +249,16 @@ const lockSubscription = `-- name: LockSubscription :one
 SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE
 `
 
-// Locks the row until the transaction ends. Deleting a subscription takes
-// this lock first: it waits for fan-outs that are inserting deliveries to it
-// (they hold a key-share lock on it, migration 00011) and makes later ones
-// find it gone, so the deletion sees every delivery it removes.
+// Locks the row until the transaction ends. The last step of deleting a
+// subscription takes this lock first: it waits for fan-outs that are
+// inserting deliveries to it (they hold a key-share lock on it, migration
+// 00011) and makes later ones find it gone, so the deletion sees every
+// delivery it removes.
 func (q *Queries) LockSubscription(ctx context.Context, id string) (string, error) {
 	row := q.db.QueryRow(ctx, lockSubscription, id)
 	var id_2 string
 	err := row.Scan(&id_2)
 	return id_2, err
-}
-
-const lockSubscriptionDeliveries = `-- name: LockSubscriptionDeliveries :exec
-SELECT 1 FROM deliveries WHERE deliveries.subscription_id = $1 FOR UPDATE
-`
-
-// Locks the subscription's deliveries until the transaction ends. Deleting
-// a subscription takes these locks after the subscription's and before it
-// deletes anything: a record of an attempt holds its delivery's row lock
-// until it commits, so once these are held every attempt stored for them
-// is committed, and the deletion's next statement sees it. A record that
-// comes later waits, then finds its delivery gone and stores nothing
-// (migration 00012).
-func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, lockSubscriptionDeliveries, id)
-	return err
 }
 
 const rewriteSealedColumns = `-- name: RewriteSealedColumns :exec
