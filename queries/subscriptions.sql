@@ -73,3 +73,24 @@ WITH attempts_removed AS (
     DELETE FROM deliveries WHERE deliveries.subscription_id = @id
 )
 DELETE FROM subscriptions WHERE subscriptions.id = @id;
+
+-- name: ActiveSubscriptionsPage :many
+-- A page of the active subscriptions, in id order.
+SELECT * FROM subscriptions
+WHERE active AND id > @after
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: SubscriptionsChangedSince :many
+-- A page of the subscriptions created or updated after change @since
+-- (migration 00013), active or not, in the order of their changes: each
+-- row has its own number, so the next page starts after the last row's.
+SELECT * FROM subscriptions
+WHERE version > @since
+ORDER BY version
+LIMIT @max_rows;
+
+-- name: SubscriptionsDeletedSince :many
+-- The ids of the subscriptions deleted after change @since (migration
+-- 00013).
+SELECT id FROM deleted_subscriptions WHERE version > @since;

@@ -29,7 +29,7 @@ import (
 // each with an empty batch (which stores nothing), and loads the copy of the
 // active subscriptions inline fan-out matches against.
 func (s *Store) WarmIngest(ctx context.Context) error {
-	if _, _, err := s.subscriptionsAsOf(ctx, -1); err != nil {
+	if err := s.withSubscriptions(ctx, -1, func(int64, *subscriptionCopy) error { return nil }); err != nil {
 		return fmt.Errorf("warm ingest: load subscriptions: %w", err)
 	}
 	err := onConnections(ctx, s.pool, eventWriters, func(q *sqlcgen.Queries) error {

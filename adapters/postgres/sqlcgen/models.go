@@ -21,6 +21,11 @@ type Attempt struct {
 	CreatedAt      time.Time
 }
 
+type DeletedSubscription struct {
+	ID      string
+	Version int64
+}
+
 type Delivery struct {
 	ID             string
 	EventID        string
@@ -82,6 +87,7 @@ type Subscription struct {
 	Headers                 []byte
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
+	Version                 int64
 }
 
 type SubscriptionVersion struct {

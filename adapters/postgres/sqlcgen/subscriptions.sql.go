@@ -13,7 +13,7 @@ import (
 )
 
 const activeSubscriptions = `-- name: ActiveSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE active ORDER BY id
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions WHERE active ORDER BY id
 `
 
 func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, error) {
@@ -43,6 +43,59 @@ func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, erro
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const activeSubscriptionsPage = `-- name: ActiveSubscriptionsPage :many
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions
+WHERE active AND id > $1
+ORDER BY id
+LIMIT $2
+`
+
+type ActiveSubscriptionsPageParams struct {
+	After   string
+	MaxRows int32
+}
+
+// A page of the active subscriptions, in id order.
+func (q *Queries) ActiveSubscriptionsPage(ctx context.Context, arg ActiveSubscriptionsPageParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, activeSubscriptionsPage, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Subscription{}
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.EventTypes,
+			&i.Description,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.Active,
+			&i.DisabledReason,
+			&i.RateLimit,
+			&i.MaxInFlight,
+			&i.Timeout,
+			&i.RetryPolicy,
+			&i.OrderingKey,
+			&i.Headers,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -128,7 +181,7 @@ func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 }
 
 const getSubscription = `-- name: GetSubscription :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions WHERE id = $1
 `
 
 func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription, error) {
@@ -152,12 +205,13 @@ func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription,
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const getSubscriptionForUpdate = `-- name: GetSubscriptionForUpdate :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions WHERE id = $1 FOR UPDATE
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions WHERE id = $1 FOR UPDATE
 `
 
 // Locks the row until the transaction ends, so concurrent updates of one
@@ -183,12 +237,13 @@ func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subs
 		&i.Headers,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const listSubscriptions = `-- name: ListSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at FROM subscriptions
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions
 WHERE id > $1
 ORDER BY id
 LIMIT $2
@@ -226,6 +281,7 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 			&i.Headers,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -266,6 +322,86 @@ SELECT 1 FROM deliveries WHERE deliveries.subscription_id = $1 FOR UPDATE
 func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, lockSubscriptionDeliveries, id)
 	return err
+}
+
+const subscriptionsChangedSince = `-- name: SubscriptionsChangedSince :many
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions
+WHERE version > $1
+ORDER BY version
+LIMIT $2
+`
+
+type SubscriptionsChangedSinceParams struct {
+	Since   int64
+	MaxRows int32
+}
+
+// A page of the subscriptions created or updated after change @since
+// (migration 00013), active or not, in the order of their changes: each
+// row has its own number, so the next page starts after the last row's.
+func (q *Queries) SubscriptionsChangedSince(ctx context.Context, arg SubscriptionsChangedSinceParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, subscriptionsChangedSince, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Subscription{}
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.EventTypes,
+			&i.Description,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.Active,
+			&i.DisabledReason,
+			&i.RateLimit,
+			&i.MaxInFlight,
+			&i.Timeout,
+			&i.RetryPolicy,
+			&i.OrderingKey,
+			&i.Headers,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriptionsDeletedSince = `-- name: SubscriptionsDeletedSince :many
+SELECT id FROM deleted_subscriptions WHERE version > $1
+`
+
+// The ids of the subscriptions deleted after change @since (migration
+// 00013).
+func (q *Queries) SubscriptionsDeletedSince(ctx context.Context, since int64) ([]string, error) {
+	rows, err := q.db.Query(ctx, subscriptionsDeletedSince, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const updateSubscription = `-- name: UpdateSubscription :exec
