@@ -83,11 +83,13 @@ LIMIT @max_rows;
 
 -- name: SubscriptionsChangedSince :many
 -- A page of the subscriptions created or updated after change @since
--- (migration 00013), active or not, in the order of their changes: each
--- row has its own number, so the next page starts after the last row's.
+-- (migration 00013), active or not, in the order of their changes, then
+-- ids (the rows a statement writes share its number): the next page
+-- starts after the last row's (@after_version, @after_id).
 SELECT * FROM subscriptions
 WHERE version > @since
-ORDER BY version
+    AND (version, id) > (@after_version::bigint, @after_id::text)
+ORDER BY version, id
 LIMIT @max_rows;
 
 -- name: SubscriptionsDeletedSince :many

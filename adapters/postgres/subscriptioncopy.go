@@ -45,7 +45,9 @@ func (s *Store) subscriptionChanges(ctx context.Context, since int64, changed fu
 		if since == 0 {
 			rows, err = s.queries.ActiveSubscriptionsPage(ctx, sqlcgen.ActiveSubscriptionsPageParams{After: after, MaxRows: subscriptionPage})
 		} else {
-			rows, err = s.queries.SubscriptionsChangedSince(ctx, sqlcgen.SubscriptionsChangedSinceParams{Since: afterVersion, MaxRows: subscriptionPage})
+			rows, err = s.queries.SubscriptionsChangedSince(ctx, sqlcgen.SubscriptionsChangedSinceParams{
+				Since: since, AfterVersion: afterVersion, AfterID: after, MaxRows: subscriptionPage,
+			})
 		}
 		if err != nil {
 			return out, fmt.Errorf("subscription changes since %d: %w", since, interpretError(err))

@@ -2,6 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,4 +120,77 @@ func TestAPublishAfterAChangeReadsOnlyWhatChanged(t *testing.T) {
 	reads.rows.Store(0)
 	assert.Empty(t, publish(), "the deletion is seen by the next publish")
 	assert.LessOrEqual(t, reads.rows.Load(), int64(few), "subscription rows read to follow one deletion")
+}
+
+// TestTheCopyOf100000SubscriptionsFitsAProcess checks that the copy of the
+// subscriptions a process keeps (inline fan-out, takes) holds 100,000 of
+// them in a small part of a process's 200 MiB, and is loaded without
+// holding them all in memory at once in another form too.
+func TestTheCopyOf100000SubscriptionsFitsAProcess(t *testing.T) {
+	// Not parallel: it measures the heap.
+	const n, chunk = 100_000, 10_000
+	const kept, peak = 60 << 20, 128 << 20
+	store := postgres.New(pgtest.NewPool(t))
+	ctx := t.Context()
+	now := time.Now()
+	for range n / chunk {
+		subs := make([]domain.Subscription, chunk)
+		for i := range subs {
+			subs[i] = benchSubscription(now)
+			subs[i].URL = fmt.Sprintf("https://hooks%d.example.com/webhooks/dispatch", i)
+			subs[i].EventTypes = []string{fmt.Sprintf("tenant%d.order.created", i), fmt.Sprintf("tenant%d.invoice.paid", i), fmt.Sprintf("family%d.*", i%10)}
+			subs[i].Description = "the billing service's endpoint"
+		}
+		require.NoError(t, postgres.CopySubscriptions(ctx, store, subs))
+	}
+
+	before := heapInUse()
+	highest := watchHeap(t)
+	require.NoError(t, store.WarmIngest(ctx)) // loads the copy
+	top := highest()
+	grown := int64(heapInUse()) - int64(before)
+	t.Logf("copy of %d subscriptions: %.1f MiB kept, heap at most %.1f MiB while loading", n, mib(grown), mib(int64(top)))
+	assert.Less(t, grown, int64(kept), "heap the copy of %d subscriptions keeps, want under %d MiB", n, kept>>20)
+	assert.Less(t, top, uint64(peak), "heap while loading the copy, want under %d MiB", peak>>20)
+	runtime.KeepAlive(store)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// watchHeap samples the bytes of heap objects (live or not yet collected)
+// until the returned function is called, which returns the most seen.
+func watchHeap(t *testing.T) func() uint64 {
+	t.Helper()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var highest atomic.Uint64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > highest.Load() {
+				highest.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() uint64 {
+		once.Do(func() { close(done); <-stopped })
+		return highest.Load()
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }

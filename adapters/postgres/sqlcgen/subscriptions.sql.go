@@ -327,20 +327,29 @@ func (q *Queries) LockSubscriptionDeliveries(ctx context.Context, id string) err
 const subscriptionsChangedSince = `-- name: SubscriptionsChangedSince :many
 SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, version FROM subscriptions
 WHERE version > $1
-ORDER BY version
-LIMIT $2
+    AND (version, id) > ($2::bigint, $3::text)
+ORDER BY version, id
+LIMIT $4
 `
 
 type SubscriptionsChangedSinceParams struct {
-	Since   int64
-	MaxRows int32
+	Since        int64
+	AfterVersion int64
+	AfterID      string
+	MaxRows      int32
 }
 
 // A page of the subscriptions created or updated after change @since
-// (migration 00013), active or not, in the order of their changes: each
-// row has its own number, so the next page starts after the last row's.
+// (migration 00013), active or not, in the order of their changes, then
+// ids (the rows a statement writes share its number): the next page
+// starts after the last row's (@after_version, @after_id).
 func (q *Queries) SubscriptionsChangedSince(ctx context.Context, arg SubscriptionsChangedSinceParams) ([]Subscription, error) {
-	rows, err := q.db.Query(ctx, subscriptionsChangedSince, arg.Since, arg.MaxRows)
+	rows, err := q.db.Query(ctx, subscriptionsChangedSince,
+		arg.Since,
+		arg.AfterVersion,
+		arg.AfterID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
