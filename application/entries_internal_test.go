@@ -12,7 +12,7 @@ func TestAFreshEntryTellsTheDeliveryAsStored(t *testing.T) {
 	now := time.Date(2026, 11, 25, 2, 30, 0, 123456789, time.UTC)
 	e := domain.Event{ID: domain.MustNewID(domain.EventIDPrefix, now), Type: "order.created", CreatedAt: now}
 	sub := domain.Subscription{ID: domain.MustNewID(domain.SubscriptionIDPrefix, now), EventTypes: []string{"*"}, Active: true}
-	made, _ := deliveriesOf(e, []domain.Subscription{sub}, now, 0, 30*time.Second)
+	made, _ := deliveriesOf(e, domain.NewSubscriptionIndex(sub), now, 0, 30*time.Second)
 	d := made[0]
 
 	body := freshEntries(made)[0]

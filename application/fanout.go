@@ -36,6 +36,10 @@ type FanOut struct {
 	MaxTries int
 	// Failed, when set, is told of each event settled as failed, and why.
 	Failed func(eventID, reason string)
+
+	// active is the copy of the active subscriptions events are matched
+	// against.
+	active activeSubscriptions
 }
 
 // DefaultFanOutTries is how many tries an event the store refuses to fan
@@ -76,17 +80,18 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	if len(events) == 0 {
 		return nil
 	}
-	subs, err := uc.Subscriptions.ActiveSubscriptions(ctx)
-	if err != nil {
-		return fmt.Errorf("load subscriptions: %w", err)
-	}
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
 	total := 0
-	for _, ev := range events {
-		deliveries, _ := deliveriesOf(ev, subs, now, 0, visibilityTimeout(uc.VisibilityTimeout))
-		fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
-		total += len(deliveries)
+	err = uc.active.match(ctx, uc.Subscriptions, func(subs *domain.SubscriptionIndex) {
+		for _, ev := range events {
+			deliveries, _ := deliveriesOf(ev, subs, now, 0, visibilityTimeout(uc.VisibilityTimeout))
+			fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})
+			total += len(deliveries)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("load subscriptions: %w", err)
 	}
 	made := make([]domain.Delivery, 0, total)
 	for _, f := range fanouts {
@@ -195,17 +200,15 @@ func stored(made []domain.Delivery, ids []string) []domain.Delivery {
 
 // deliveriesOf makes e's deliveries, due at now and, when unordered,
 // reserved to their fresh entry's holder for reserve: one per subscription
-// in active that matches its type. With limit > 0 it gives up (ok false) as
-// soon as there would be more than limit.
-func deliveriesOf(e domain.Event, active []domain.Subscription, now time.Time, limit int, reserve time.Duration) (deliveries []domain.Delivery, ok bool) {
-	for _, sub := range active {
-		if !sub.Matches(e.Type) {
-			continue
-		}
-		if limit > 0 && len(deliveries) == limit {
-			return nil, false
-		}
-		d := domain.NewDelivery(e, sub, now)
+// in active that matches its type, in id order. With limit > 0 it gives up
+// (ok false) when there would be more than limit.
+func deliveriesOf(e domain.Event, active *domain.SubscriptionIndex, now time.Time, limit int, reserve time.Duration) (deliveries []domain.Delivery, ok bool) {
+	matched := active.Match(e.Type)
+	if limit > 0 && len(matched) > limit {
+		return nil, false
+	}
+	for _, sub := range matched {
+		d := domain.NewDeliveryTo(e, sub, now)
 		if d.OrderingKey == "" {
 			// Taken by its fresh entry's holder (entries.go); an ordered
 			// delivery is claimed, which checks that it is first in line.

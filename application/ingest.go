@@ -85,7 +85,7 @@ func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limi
 	// made holds what every call of inline made: the store may call it
 	// again, and its entries are for the deliveries it stored.
 	var made []domain.Delivery
-	inline := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+	inline := func(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
 		ds, ok := deliveriesOf(e, active, e.CreatedAt, limit, visibilityTimeout(uc.VisibilityTimeout))
 		made = append(made, ds...)
 		return ds, ok

@@ -58,14 +58,20 @@ type Delivery struct {
 
 // NewDelivery returns a pending delivery of event to sub, due at once.
 func NewDelivery(event Event, sub Subscription, now time.Time) Delivery {
+	return NewDeliveryTo(event, sub.Subscriber(), now)
+}
+
+// NewDeliveryTo is NewDelivery for a subscription found in a
+// SubscriptionIndex.
+func NewDeliveryTo(event Event, to Subscriber, now time.Time) Delivery {
 	now = now.UTC().Truncate(time.Microsecond)
 	return Delivery{
 		ID:             MustNewID(DeliveryIDPrefix, now),
 		EventID:        event.ID,
-		SubscriptionID: sub.ID,
+		SubscriptionID: to.ID,
 		Status:         DeliveryPending,
 		NextAttemptAt:  now,
-		OrderingKey:    OrderingKeyFor(sub, event),
+		OrderingKey:    OrderingKeyFor(Subscription{ID: to.ID, OrderingKey: to.OrderingKey}, event),
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}

@@ -60,9 +60,36 @@ type SubscriptionStore interface {
 	// resumes it. Returns domain.ErrNotFound when id does not exist (also
 	// once its deletion is done).
 	DeleteSubscription(ctx context.Context, id string, batch int) (done bool, err error)
-	// ActiveSubscriptions returns every active subscription. Fan-out matches
-	// event types against them in memory.
+	// ActiveSubscriptions returns every active subscription.
 	ActiveSubscriptions(ctx context.Context) ([]domain.Subscription, error)
+	// SubscriptionChanges tells what changed among subscriptions after the
+	// cursor since, for a copy kept up to date by changes rather than
+	// loaded whole. It calls changed with every subscription created or
+	// updated after since, as it is now (active or not), a page of at most
+	// a few hundred at a time (so a copy of many subscriptions is loaded
+	// without holding them all twice; changed may keep the elements, not
+	// the slice), then returns the ids of those deleted after since and
+	// the cursor the changes end at. since 0 asks for everything: changed
+	// gets every active subscription, and no deletion is returned.
+	//
+	// A copy of the active subscriptions up to date at since, with each
+	// changed subscription put into it (an inactive one taken out) and
+	// then the deleted ones taken out, is up to date at the returned
+	// Cursor, which covers every change committed before the call. It may
+	// hold some later changes as well, which a later call tells again
+	// (putting a subscription twice is harmless). Cursors grow with every
+	// change; when nothing changed since, changed is not called and Cursor
+	// is since.
+	SubscriptionChanges(ctx context.Context, since int64, changed func([]domain.Subscription)) (SubscriptionChanges, error)
+}
+
+// SubscriptionChanges ends what SubscriptionStore.SubscriptionChanges
+// tells.
+type SubscriptionChanges struct {
+	// Deleted are the ids of the subscriptions deleted.
+	Deleted []string
+	// Cursor is where the changes end, for the next call.
+	Cursor int64
 }
 
 // SubscriptionDeletions is what the scheduler needs to finish the
@@ -88,7 +115,8 @@ type EventStore interface {
 	// CreateEventFannedOut stores e, which has no idempotency key, like
 	// CreateEvent, and fans it out in the same transaction (SPEC §2: inline
 	// fan-out, for events with few matching subscriptions): it calls inline
-	// with e and the subscriptions active at that moment, in id order. When
+	// with e and an index of the subscriptions active at that moment, which
+	// inline may read only during the call. When
 	// inline returns ok, e is stored fanned out together with the
 	// deliveries it returned (which count as enqueued at their CreatedAt,
 	// and are stored reserved when they carry a reservation, as with
@@ -285,11 +313,11 @@ type Recovered struct {
 	Next string
 }
 
-// InlineFanOut decides the deliveries of a new event from the active
-// subscriptions, inside CreateEventFannedOut. ok false leaves the event to
-// the fan-out stage (it matches too many subscriptions to be fanned out
-// while the producer waits).
-type InlineFanOut func(e domain.Event, active []domain.Subscription) (deliveries []domain.Delivery, ok bool)
+// InlineFanOut decides the deliveries of a new event from the index of the
+// active subscriptions, inside CreateEventFannedOut. ok false leaves the
+// event to the fan-out stage (it matches too many subscriptions to be
+// fanned out while the producer waits).
+type InlineFanOut func(e domain.Event, active *domain.SubscriptionIndex) (deliveries []domain.Delivery, ok bool)
 
 // RejectedFanOuts is CreateDeliveries' error when the store refused the
 // fan-out of some events for what they hold, and recorded the others.

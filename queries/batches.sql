@@ -39,7 +39,7 @@ SELECT
     ARRAY(SELECT recovered.id FROM recovered ORDER BY recovered.id)::text[] AS ids;
 
 -- name: SubscriptionDeletionMarked :one
--- Whether the subscription is being deleted (migration 00013); no row when
+-- Whether the subscription is being deleted (migration 00015); no row when
 -- it does not exist.
 SELECT (deleted_at IS NOT NULL)::boolean AS marked FROM subscriptions WHERE id = @id;
 
@@ -77,7 +77,7 @@ DELETE FROM deliveries WHERE deliveries.id = ANY(@ids::text[]);
 -- name: UnfinishedDeletions :many
 -- The subscriptions whose deletion is under way, longest first, for the
 -- scheduler to finish those a crash interrupted (subscriptions_deleting_idx,
--- migration 00013).
+-- migration 00015).
 SELECT id FROM subscriptions
 WHERE deleted_at IS NOT NULL
 ORDER BY deleted_at, id

@@ -12,7 +12,7 @@ INSERT INTO subscriptions (
 );
 
 -- name: GetSubscription :one
--- A subscription being deleted (migration 00013) reads as gone.
+-- A subscription being deleted (migration 00015) reads as gone.
 SELECT * FROM subscriptions WHERE id = @id AND deleted_at IS NULL;
 
 -- name: GetSubscriptionForUpdate :one
@@ -95,3 +95,26 @@ FROM (
         unnest(@headers::jsonb[]) AS headers
 ) AS rewritten
 WHERE subscriptions.id = rewritten.id;
+
+-- name: ActiveSubscriptionsPage :many
+-- A page of the active subscriptions, in id order.
+SELECT * FROM subscriptions
+WHERE active AND id > @after
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: SubscriptionsChangedSince :many
+-- A page of the subscriptions created or updated after change @since
+-- (migration 00016), active or not, in the order of their changes, then
+-- ids (the rows a statement writes share its number): the next page
+-- starts after the last row's (@after_version, @after_id).
+SELECT * FROM subscriptions
+WHERE version > @since
+    AND (version, id) > (@after_version::bigint, @after_id::text)
+ORDER BY version, id
+LIMIT @max_rows;
+
+-- name: SubscriptionsDeletedSince :many
+-- The ids of the subscriptions deleted after change @since (migration
+-- 00016).
+SELECT id FROM deleted_subscriptions WHERE version > @since;

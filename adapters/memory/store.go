@@ -26,7 +26,16 @@ type Store struct {
 	// with the order it was marked in: every read treats them as gone.
 	deleting map[string]uint64
 	// marks counts the deletions ever marked.
-	marks  uint64
+	marks uint64
+	// subscriptionVersion counts changes to subscriptions;
+	// subscriptionVersions holds the count of each subscription's last
+	// change, deletedSubscriptions that of each deletion (see
+	// SubscriptionChanges).
+	subscriptionVersion  int64
+	subscriptionVersions map[string]int64
+	deletedSubscriptions map[string]int64
+	// active indexes the active subscriptions, for inline fan-out.
+	active *domain.SubscriptionIndex
 	events map[string]*storedEvent
 	// idempotencyKeys maps a key to the id of the event that owns it.
 	idempotencyKeys map[string]string
@@ -58,13 +67,16 @@ type storedDelivery struct {
 // NewStore returns an empty Store.
 func NewStore() *Store {
 	return &Store{
-		subscriptions:   map[string]domain.Subscription{},
-		deleting:        map[string]uint64{},
-		events:          map[string]*storedEvent{},
-		idempotencyKeys: map[string]string{},
-		deliveries:      map[string]*storedDelivery{},
-		eventDeliveries: map[string][]string{},
-		attempts:        map[string][]domain.Attempt{},
+		subscriptions:        map[string]domain.Subscription{},
+		deleting:             map[string]uint64{},
+		subscriptionVersions: map[string]int64{},
+		deletedSubscriptions: map[string]int64{},
+		active:               domain.NewSubscriptionIndex(),
+		events:               map[string]*storedEvent{},
+		idempotencyKeys:      map[string]string{},
+		deliveries:           map[string]*storedDelivery{},
+		eventDeliveries:      map[string][]string{},
+		attempts:             map[string][]domain.Attempt{},
 	}
 }
 
@@ -78,8 +90,16 @@ func (s *Store) CreateSubscription(_ context.Context, sub domain.Subscription) e
 	if _, ok := s.subscriptions[sub.ID]; ok {
 		return fmt.Errorf("create subscription %s: %w: id exists", sub.ID, domain.ErrConflict)
 	}
-	s.subscriptions[sub.ID] = copySubscription(sub)
+	s.putSubscription(sub)
 	return nil
+}
+
+// putSubscription stores sub and records the change; s.mu is held.
+func (s *Store) putSubscription(sub domain.Subscription) {
+	s.subscriptions[sub.ID] = copySubscription(sub)
+	s.subscriptionVersion++
+	s.subscriptionVersions[sub.ID] = s.subscriptionVersion
+	s.active.Put(sub)
 }
 
 // GetSubscription implements ports.SubscriptionStore.
@@ -117,19 +137,45 @@ func (s *Store) ListSubscriptions(_ context.Context, p ports.Page) ([]domain.Sub
 func (s *Store) ActiveSubscriptions(context.Context) ([]domain.Subscription, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.active(), nil
-}
-
-// active returns copies of the active subscriptions in id order; s.mu is
-// held.
-func (s *Store) active() []domain.Subscription {
 	var out []domain.Subscription
 	for _, id := range slices.Sorted(maps.Keys(s.subscriptions)) {
 		if sub := s.subscriptions[id]; sub.Active {
 			out = append(out, copySubscription(sub))
 		}
 	}
-	return out
+	return out, nil
+}
+
+// subscriptionPage is the most subscriptions SubscriptionChanges tells
+// at once.
+const subscriptionPage = 500
+
+// SubscriptionChanges implements ports.SubscriptionStore.
+func (s *Store) SubscriptionChanges(_ context.Context, since int64, changed func([]domain.Subscription)) (ports.SubscriptionChanges, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := ports.SubscriptionChanges{Cursor: s.subscriptionVersion}
+	if since == s.subscriptionVersion {
+		return out, nil
+	}
+	var page []domain.Subscription
+	for _, id := range slices.Sorted(maps.Keys(s.subscriptions)) {
+		sub := s.subscriptions[id]
+		if since == 0 && sub.Active || since != 0 && s.subscriptionVersions[id] > since {
+			page = append(page, copySubscription(sub))
+		}
+	}
+	for chunk := range slices.Chunk(page, subscriptionPage) {
+		changed(chunk)
+	}
+	if since != 0 {
+		for _, id := range slices.Sorted(maps.Keys(s.deletedSubscriptions)) {
+			if s.deletedSubscriptions[id] > since {
+				out.Deleted = append(out.Deleted, id)
+			}
+		}
+	}
+	return out, nil
 }
 
 // UpdateSubscription implements ports.SubscriptionStore. update runs under
@@ -147,7 +193,7 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*do
 	}
 	// As in PostgreSQL, the id and creation time are not updatable.
 	sub.ID, sub.CreatedAt = id, current.CreatedAt
-	s.subscriptions[id] = copySubscription(sub)
+	s.putSubscription(sub)
 	return copySubscription(s.subscriptions[id]), nil
 }
 
@@ -166,7 +212,7 @@ func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (boo
 		s.marks++
 		s.deleting[id] = s.marks
 		sub.Active = false
-		s.subscriptions[id] = sub
+		s.putSubscription(sub) // a change: copies take it out
 	}
 	var mine []string
 	for did, d := range s.deliveries {
@@ -191,6 +237,10 @@ func (s *Store) DeleteSubscription(_ context.Context, id string, batch int) (boo
 	}
 	delete(s.subscriptions, id)
 	delete(s.deleting, id)
+	delete(s.subscriptionVersions, id)
+	s.subscriptionVersion++
+	s.deletedSubscriptions[id] = s.subscriptionVersion
+	s.active.Remove(id)
 	return true, nil
 }
 
@@ -250,7 +300,7 @@ func (s *Store) CreateEventFannedOut(_ context.Context, e domain.Event, inline p
 	if _, ok := s.events[e.ID]; ok {
 		return nil, false, fmt.Errorf("create event %s: %w: id exists", e.ID, domain.ErrConflict)
 	}
-	deliveries, ok := inline(copyEvent(e), s.active())
+	deliveries, ok := inline(copyEvent(e), s.active)
 	s.events[e.ID] = &storedEvent{event: e}
 	if !ok {
 		return nil, false, nil

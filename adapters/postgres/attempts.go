@@ -152,6 +152,7 @@ func (s *Store) toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error)
 	if err != nil {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w", row.ID, err)
 	}
+	s.subscriptions.rememberClaimed(row.Subscription.Version, sub)
 	return ports.Claimed{
 		Delivery: toDelivery(sqlcgen.Delivery{
 			ID:             row.ID,

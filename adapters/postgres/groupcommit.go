@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -103,8 +102,8 @@ func (s *Store) insertEvents(ctx context.Context, batch []newEvent, errs []error
 	}
 }
 
-// writeEvents fans out the events that ask for it against the cached
-// copy of the active subscriptions and stores the batch in one statement,
+// writeEvents fans out the events that ask for it against the copy of the
+// active subscriptions (subscriptionCopy) and stores the batch in one statement,
 // which stores nothing when the subscriptions changed since the copy was
 // loaded, or one the batch delivers to was deleted meanwhile
 // (InsertEventsFannedOut); the copy is then loaded again and the batch
@@ -116,14 +115,20 @@ func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 	}
 	var minVersion int64 = -1
 	for range maxSubscriptionRaces {
-		version, active := int64(-1), []domain.Subscription(nil)
+		version, rows := int64(-1), sqlcgen.InsertEventsFannedOutParams{}
 		if inline {
-			var err error
-			if version, active, err = s.subscriptionsAsOf(ctx, minVersion); err != nil {
+			// Matched under the copy's read lock: the index changes in place.
+			err := s.withSubscriptions(ctx, minVersion, func(v int64, c *subscriptionCopy) error {
+				version, rows = v, eventRows(batch, v, c.index)
+				return nil
+			})
+			if err != nil {
 				return fmt.Errorf("load subscriptions to fan out: %w", err)
 			}
+		} else {
+			rows = eventRows(batch, version, nil)
 		}
-		row, err := s.queries.InsertEventsFannedOut(ctx, eventRows(batch, version, active))
+		row, err := s.queries.InsertEventsFannedOut(ctx, rows)
 		switch {
 		case err != nil:
 			return err
@@ -147,7 +152,7 @@ func (s *Store) writeEvents(ctx context.Context, batch []newEvent) error {
 // eventRows fans out the events of batch that ask for it against active
 // and returns the batch's rows, for subscriptions at version (-1 when none
 // is fanned out inline).
-func eventRows(batch []newEvent, version int64, active []domain.Subscription) sqlcgen.InsertEventsFannedOutParams {
+func eventRows(batch []newEvent, version int64, active *domain.SubscriptionIndex) sqlcgen.InsertEventsFannedOutParams {
 	p := sqlcgen.InsertEventsFannedOutParams{
 		SubscriptionVersion:    version,
 		Ids:                    make([]string, len(batch)),
@@ -196,51 +201,6 @@ func eventRows(batch []newEvent, version int64, active []domain.Subscription) sq
 		}
 	}
 	return p
-}
-
-// subscriptionCache is the API's copy of the active subscriptions, for
-// inline fan-out, with the change counter it was loaded at.
-type subscriptionCache struct {
-	mu      sync.Mutex
-	loaded  bool
-	version int64
-	active  []domain.Subscription
-}
-
-// subscriptionsAsOf returns the cached copy of the active subscriptions
-// and the change counter (one tiny row, migration 00005) it was loaded at,
-// when it was loaded at minVersion or later; otherwise, and when nothing is
-// cached yet, it loads them again. The counter's value is known before the
-// load — minVersion, which a statement just read, or else read first — so
-// a change committed in between makes the copy look older than it is, and
-// the statement that checks the counter asks for the next load rather than
-// trusting a stale copy. The slice is shared: callers must not modify it.
-func (s *Store) subscriptionsAsOf(ctx context.Context, minVersion int64) (int64, []domain.Subscription, error) {
-	c := &s.subscriptions
-	c.mu.Lock()
-	if c.loaded && c.version >= minVersion {
-		version, active := c.version, c.active
-		c.mu.Unlock()
-		return version, active, nil
-	}
-	c.mu.Unlock()
-	version := minVersion
-	if version < 0 {
-		var err error
-		if version, err = s.queries.SubscriptionVersion(ctx); err != nil {
-			return 0, nil, interpretError(err)
-		}
-	}
-	active, err := s.ActiveSubscriptions(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	c.mu.Lock()
-	if !c.loaded || version > c.version {
-		c.loaded, c.version, c.active = true, version, active
-	}
-	c.mu.Unlock()
-	return version, active, nil
 }
 
 // rowRejected reports whether PostgreSQL refused a statement because of

@@ -323,10 +323,10 @@ func TestInlineFanOutSeesAnotherAPIsSubscriptionChange(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	publisher, other := postgres.New(pool), postgres.New(pool)
-	all := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+	all := func(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
 		var ds []domain.Delivery
-		for _, s := range active {
-			ds = append(ds, domain.NewDelivery(e, s, e.CreatedAt))
+		for _, s := range active.Match(e.Type) {
+			ds = append(ds, domain.NewDeliveryTo(e, s, e.CreatedAt))
 		}
 		return ds, true
 	}

@@ -94,10 +94,10 @@ func TestInlineFanOutWaitsForADeletionAndMatchesAgain(t *testing.T) {
 	t.Parallel()
 	f := newWorkerFixture(t)
 	kept := f.second(t)
-	toAll := func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+	toAll := func(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
 		var ds []domain.Delivery
-		for i, sub := range active {
-			ds = append(ds, domain.NewDelivery(e, sub, e.CreatedAt.Add(time.Duration(i)*time.Millisecond)))
+		for i, sub := range active.Match(e.Type) {
+			ds = append(ds, domain.NewDeliveryTo(e, sub, e.CreatedAt.Add(time.Duration(i)*time.Millisecond)))
 		}
 		return ds, true
 	}

@@ -40,8 +40,9 @@ type Store struct {
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
 	events *groupcommit.Batcher[newEvent]
-	// subscriptions is the copy inline fan-out matches events against.
-	subscriptions subscriptionCache
+	// subscriptions is the copy of the active subscriptions inline
+	// fan-out matches events against, and takes find theirs in.
+	subscriptions subscriptionCopy
 	// worker group-commits claims, attempts and releases; see
 	// ClaimDelivery and RecordAttempt.
 	worker workerBatchers

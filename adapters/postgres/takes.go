@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // ports.DeliveryStore.TakeDelivery), and until its reservation ends
 // nobody but the entry's holder changes the row, so a take need not read
 // it: what the attempt needs besides is its subscription, from the copy of
-// the active subscriptions that inline fan-out keeps (subscriptionsAsOf),
+// the active subscriptions that inline fan-out keeps (subscriptionCopy),
 // and its event, which never changes once stored, from recentEvents. A
 // batch of takes therefore costs one small read: the change counter of
 // subscriptions, so that a change committed before the take is seen, and
@@ -26,7 +25,8 @@ import (
 // tells too little (an entry of an earlier version, or of a delivery not
 // reserved: an ordered one, whose line only the row tells), its subscription is
 // not in the copy of the active ones (disabled or deleted: the row read
-// tells which), or the reservation does not outlast an attempt (the take
+// tells which) or not decoded whole there (the copy keeps a bounded number
+// of subscriptions whole; the claim's row read puts it there), or the reservation does not outlast an attempt (the take
 // then claims, as ClaimDeliveries decides).
 
 // recentEventsBytes bounds the payloads recentEvents holds in each of its
@@ -99,30 +99,29 @@ func (s *Store) takeUnread(ctx context.Context, batch []*claimCall) (left []int)
 	if err != nil {
 		return allOf(batch)
 	}
-	_, subs, err := s.subscriptionsAsOf(ctx, version)
+	err = s.withSubscriptions(ctx, version, func(_ int64, subs *subscriptionCopy) error {
+		for _, i := range takes {
+			c := batch[i]
+			e, found := events[c.entry.EventID]
+			sub, atHand := subs.forTake(c.entry.SubscriptionID)
+			if !found || !atHand {
+				left = append(left, i)
+				continue
+			}
+			// What ClaimDeliveries compares, at its precision.
+			lease := c.now.Truncate(time.Microsecond).Add(sub.Timeout + c.leaseMargin)
+			if c.entry.ReservedUntil.Before(lease) {
+				left = append(left, i)
+				continue
+			}
+			d := c.entry
+			d.ReservedUntil = time.Time{} // stores never return it
+			c.taken = &ports.Claimed{Delivery: d, Event: e, Subscription: sub}
+		}
+		return nil
+	})
 	if err != nil {
 		return allOf(batch)
-	}
-	for _, i := range takes {
-		c := batch[i]
-		e, found := events[c.entry.EventID]
-		j, active := slices.BinarySearchFunc(subs, c.entry.SubscriptionID, func(sub domain.Subscription, id string) int {
-			return strings.Compare(sub.ID, id)
-		})
-		if !found || !active {
-			left = append(left, i)
-			continue
-		}
-		sub := subs[j]
-		// What ClaimDeliveries compares, at its precision.
-		lease := c.now.Truncate(time.Microsecond).Add(sub.Timeout + c.leaseMargin)
-		if c.entry.ReservedUntil.Before(lease) {
-			left = append(left, i)
-			continue
-		}
-		d := c.entry
-		d.ReservedUntil = time.Time{} // stores never return it
-		c.taken = &ports.Claimed{Delivery: d, Event: e, Subscription: sub}
 	}
 	slices.Sort(left)
 	return left

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,7 +30,7 @@ import (
 // each with an empty batch (which stores nothing), and loads the copy of the
 // active subscriptions inline fan-out matches against.
 func (s *Store) WarmIngest(ctx context.Context) error {
-	if _, _, err := s.subscriptionsAsOf(ctx, -1); err != nil {
+	if err := s.withSubscriptions(ctx, -1, func(int64, *subscriptionCopy) error { return nil }); err != nil {
 		return fmt.Errorf("warm ingest: load subscriptions: %w", err)
 	}
 	err := onConnections(ctx, s.pool, eventWriters, func(q *sqlcgen.Queries) error {
@@ -65,8 +66,9 @@ func (s *Store) WarmDeliveries(ctx context.Context) error {
 
 // WarmFanOut readies the Store for the fan-out stage: it opens a
 // connection of the pool for each of the handlers fan-out calls a worker
-// runs at once, with the stage's reads (GetEvents, ActiveSubscriptions)
-// prepared and their backends' catalogs loaded. The stage's insert
+// runs at once, with the stage's reads (GetEvents, and SubscriptionVersion
+// and SubscriptionsChangedSince, which bring its copy of the subscriptions
+// up to date) prepared and their backends' catalogs loaded. The stage's insert
 // (FanOut) is planned with each batch's values, so there is nothing to
 // prepare for it. Without this, the first events fanned out after a start
 // waited for the dials and the preparing: at 2 events/s with 20
@@ -75,8 +77,9 @@ func (s *Store) WarmDeliveries(ctx context.Context) error {
 func (s *Store) WarmFanOut(ctx context.Context, handlers int) error {
 	err := onConnections(ctx, s.pool, handlers, func(q *sqlcgen.Queries) error {
 		_, eventsErr := q.GetEvents(ctx, []string{})
-		_, subscriptionsErr := q.ActiveSubscriptions(ctx)
-		return errors.Join(eventsErr, subscriptionsErr)
+		_, versionErr := q.SubscriptionVersion(ctx)
+		_, changesErr := q.SubscriptionsChangedSince(ctx, sqlcgen.SubscriptionsChangedSinceParams{Since: math.MaxInt64, MaxRows: 1})
+		return errors.Join(eventsErr, versionErr, changesErr)
 	})
 	if err != nil {
 		return fmt.Errorf("warm fan-out: %w", err)

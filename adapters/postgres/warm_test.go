@@ -123,7 +123,7 @@ func TestWarmFanOutPreparesTheStageReads(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	store := postgres.New(pool)
-	marks := []string{"name: GetEvents", "name: ActiveSubscriptions"}
+	marks := []string{"name: GetEvents", "name: SubscriptionVersion", "name: SubscriptionsChangedSince"}
 
 	assert.Zero(t, total(prepared(t, pool, marks...)), "nothing is prepared before the warm-up")
 	require.NoError(t, store.WarmFanOut(t.Context(), 2))

@@ -75,7 +75,7 @@ func probeStore(ctx context.Context, o LimitsOptions) ([]Limit, error) {
 			return 0, err
 		}
 		var made []domain.Delivery
-		stored, _, err := api.CreateEventFannedOut(ctx, e, func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
+		stored, _, err := api.CreateEventFannedOut(ctx, e, func(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
 			made, _ = inlineToAll(e, active)
 			return made, true
 		})
@@ -159,10 +159,11 @@ const workerLeaseMargin = 5 * time.Second
 
 // inlineToAll fans an event out to every active subscription, reserving
 // each delivery as ingest does.
-func inlineToAll(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-	out := make([]domain.Delivery, len(active))
-	for i, s := range active {
-		out[i] = domain.NewDelivery(e, s, e.CreatedAt)
+func inlineToAll(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
+	matched := active.Match(e.Type)
+	out := make([]domain.Delivery, len(matched))
+	for i, s := range matched {
+		out[i] = domain.NewDeliveryTo(e, s, e.CreatedAt)
 		out[i].ReservedUntil = e.CreatedAt.Add(application.DefaultVisibilityTimeout)
 	}
 	return out, true

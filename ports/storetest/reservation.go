@@ -147,8 +147,8 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		f.subscription()
 		e := newEvent(base)
 		var made domain.Delivery
-		created, fanned, err := f.store.CreateEventFannedOut(f.ctx, e, func(e domain.Event, active []domain.Subscription) ([]domain.Delivery, bool) {
-			made = newDelivery(e, active[0], e.CreatedAt)
+		created, fanned, err := f.store.CreateEventFannedOut(f.ctx, e, func(e domain.Event, active *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
+			made = domain.NewDeliveryTo(e, active.Match(e.Type)[0], e.CreatedAt)
 			made.ReservedUntil = e.CreatedAt.Add(reserved)
 			return []domain.Delivery{made}, true
 		})

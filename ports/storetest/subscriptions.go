@@ -159,6 +159,91 @@ func testSubscriptions(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		assert.ElementsMatch(t, want, subs)
 	})
 
+	t.Run("SubscriptionChangesTellWhatChangedSinceACursor", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		changes := func(since int64) (map[string]domain.Subscription, ports.SubscriptionChanges) {
+			t.Helper()
+			changed := map[string]domain.Subscription{}
+			got, err := f.store.SubscriptionChanges(f.ctx, since, func(page []domain.Subscription) {
+				assert.NotEmpty(t, page, "changed is called with a page of changes")
+				for _, s := range page {
+					changed[s.ID] = s
+				}
+			})
+			require.NoError(t, err)
+			return changed, got
+		}
+		changed, start := changes(0)
+		assert.Empty(t, changed)
+		assert.Empty(t, start.Deleted)
+
+		a := f.subscription()
+		b := f.subscription()
+		c := f.subscription(func(s *domain.Subscription) { s.Active = false })
+		changed, first := changes(0)
+		assert.Equal(t, map[string]domain.Subscription{a.ID: a, b.ID: b}, changed, "everything active, as it is")
+		assert.Empty(t, first.Deleted, "a first load tells no deletions")
+		assert.Greater(t, first.Cursor, start.Cursor, "each change moves the cursor")
+
+		changed, same := changes(first.Cursor)
+		assert.Empty(t, changed, "nothing changed since")
+		assert.Empty(t, same.Deleted)
+		assert.Equal(t, first.Cursor, same.Cursor)
+
+		a, err := f.store.UpdateSubscription(f.ctx, a.ID, func(s *domain.Subscription) error {
+			s.EventTypes = []string{"invoice.*"}
+			return nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, f.deleteSubscription(b.ID))
+		c, err = f.store.UpdateSubscription(f.ctx, c.ID, func(s *domain.Subscription) error { s.Active = true; return nil })
+		require.NoError(t, err)
+		d := f.subscription(func(s *domain.Subscription) { s.Active = false })
+		changed, second := changes(first.Cursor)
+		assert.Equal(t, map[string]domain.Subscription{a.ID: a, c.ID: c, d.ID: d}, changed, "updated and created ones, active or not")
+		assert.Equal(t, []string{b.ID}, second.Deleted)
+		assert.Greater(t, second.Cursor, first.Cursor)
+
+		// A copy kept by the changes agrees with one loaded whole.
+		kept := domain.NewSubscriptionIndex(a, b)
+		for _, s := range changed {
+			kept.Put(s)
+		}
+		for _, id := range second.Deleted {
+			kept.Remove(id)
+		}
+		active, err := f.store.ActiveSubscriptions(f.ctx)
+		require.NoError(t, err)
+		whole := domain.NewSubscriptionIndex(active...)
+		for _, eventType := range []string{"order.created", "invoice.paid"} {
+			assert.Equal(t, whole.Match(eventType), kept.Match(eventType), eventType)
+		}
+		assert.Equal(t, whole.Len(), kept.Len())
+	})
+
+	t.Run("SubscriptionChangesComeInPages", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		start, err := f.store.SubscriptionChanges(f.ctx, 0, func([]domain.Subscription) {})
+		require.NoError(t, err)
+		const n = 1100
+		for range n {
+			f.subscription()
+		}
+		for _, since := range []int64{0, start.Cursor} {
+			seen := map[string]bool{}
+			_, err := f.store.SubscriptionChanges(f.ctx, since, func(page []domain.Subscription) {
+				assert.LessOrEqual(t, len(page), 1000, "a page holds at most a few hundred")
+				for _, s := range page {
+					seen[s.ID] = true
+				}
+			})
+			require.NoError(t, err)
+			assert.Len(t, seen, n, "since %d: every change, each at least once", since)
+		}
+	})
+
 	t.Run("UpdateStoresTheResult", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, newStore)

@@ -74,7 +74,7 @@ SELECT
     got.attempts, got.next_attempt_at, got.last_status_code,
     got.last_error, got.reason, got.ordering_key,
     got.created_at, got.updated_at, got.lease_until,
-    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, events.fanout_failures, events.failure_reason, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at, subscriptions.deleted_at
+    events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, events.fanout_failures, events.failure_reason, subscriptions.id, subscriptions.url, subscriptions.event_types, subscriptions.description, subscriptions.secret, subscriptions.previous_secret, subscriptions.previous_secret_expires_at, subscriptions.active, subscriptions.disabled_reason, subscriptions.rate_limit, subscriptions.max_in_flight, subscriptions.timeout, subscriptions.retry_policy, subscriptions.ordering_key, subscriptions.headers, subscriptions.created_at, subscriptions.updated_at, subscriptions.deleted_at, subscriptions.version
 FROM got
 JOIN events ON events.id = got.event_id
 JOIN subscriptions ON subscriptions.id = got.subscription_id
@@ -212,6 +212,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.Subscription.CreatedAt,
 			&i.Subscription.UpdatedAt,
 			&i.Subscription.DeletedAt,
+			&i.Subscription.Version,
 		); err != nil {
 			return nil, err
 		}

@@ -160,7 +160,7 @@ const subscriptionDeletionMarked = `-- name: SubscriptionDeletionMarked :one
 SELECT (deleted_at IS NOT NULL)::boolean AS marked FROM subscriptions WHERE id = $1
 `
 
-// Whether the subscription is being deleted (migration 00013); no row when
+// Whether the subscription is being deleted (migration 00015); no row when
 // it does not exist.
 func (q *Queries) SubscriptionDeletionMarked(ctx context.Context, id string) (bool, error) {
 	row := q.db.QueryRow(ctx, subscriptionDeletionMarked, id)
@@ -178,7 +178,7 @@ LIMIT $1
 
 // The subscriptions whose deletion is under way, longest first, for the
 // scheduler to finish those a crash interrupted (subscriptions_deleting_idx,
-// migration 00013).
+// migration 00015).
 func (q *Queries) UnfinishedDeletions(ctx context.Context, maxRows int32) ([]string, error) {
 	rows, err := q.db.Query(ctx, unfinishedDeletions, maxRows)
 	if err != nil {

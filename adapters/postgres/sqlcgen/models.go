@@ -21,6 +21,11 @@ type Attempt struct {
 	CreatedAt      time.Time
 }
 
+type DeletedSubscription struct {
+	ID      string
+	Version int64
+}
+
 type Delivery struct {
 	ID             string
 	EventID        string
@@ -87,6 +92,7 @@ type Subscription struct {
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
 	DeletedAt               pgtype.Timestamptz
+	Version                 int64
 }
 
 type SubscriptionVersion struct {

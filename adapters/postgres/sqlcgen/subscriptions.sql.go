@@ -13,7 +13,7 @@ import (
 )
 
 const activeSubscriptions = `-- name: ActiveSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE active ORDER BY id
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions WHERE active ORDER BY id
 `
 
 func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, error) {
@@ -44,6 +44,60 @@ func (q *Queries) ActiveSubscriptions(ctx context.Context) ([]Subscription, erro
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const activeSubscriptionsPage = `-- name: ActiveSubscriptionsPage :many
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions
+WHERE active AND id > $1
+ORDER BY id
+LIMIT $2
+`
+
+type ActiveSubscriptionsPageParams struct {
+	After   string
+	MaxRows int32
+}
+
+// A page of the active subscriptions, in id order.
+func (q *Queries) ActiveSubscriptionsPage(ctx context.Context, arg ActiveSubscriptionsPageParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, activeSubscriptionsPage, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Subscription{}
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.EventTypes,
+			&i.Description,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.Active,
+			&i.DisabledReason,
+			&i.RateLimit,
+			&i.MaxInFlight,
+			&i.Timeout,
+			&i.RetryPolicy,
+			&i.OrderingKey,
+			&i.Headers,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -131,10 +185,10 @@ func (q *Queries) DeleteSubscription(ctx context.Context, id string) error {
 }
 
 const getSubscription = `-- name: GetSubscription :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions WHERE id = $1 AND deleted_at IS NULL
 `
 
-// A subscription being deleted (migration 00013) reads as gone.
+// A subscription being deleted (migration 00015) reads as gone.
 func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription, error) {
 	row := q.db.QueryRow(ctx, getSubscription, id)
 	var i Subscription
@@ -157,12 +211,13 @@ func (q *Queries) GetSubscription(ctx context.Context, id string) (Subscription,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const getSubscriptionForUpdate = `-- name: GetSubscriptionForUpdate :one
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 // Locks the row until the transaction ends, so concurrent updates of one
@@ -190,12 +245,13 @@ func (q *Queries) GetSubscriptionForUpdate(ctx context.Context, id string) (Subs
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const listSubscriptions = `-- name: ListSubscriptions :many
-SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at FROM subscriptions
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions
 WHERE id > $1 AND deleted_at IS NULL
 ORDER BY id
 LIMIT $2
@@ -234,6 +290,7 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -337,6 +394,96 @@ func (q *Queries) SealedColumnsForUpdate(ctx context.Context, arg SealedColumnsF
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriptionsChangedSince = `-- name: SubscriptionsChangedSince :many
+SELECT id, url, event_types, description, secret, previous_secret, previous_secret_expires_at, active, disabled_reason, rate_limit, max_in_flight, timeout, retry_policy, ordering_key, headers, created_at, updated_at, deleted_at, version FROM subscriptions
+WHERE version > $1
+    AND (version, id) > ($2::bigint, $3::text)
+ORDER BY version, id
+LIMIT $4
+`
+
+type SubscriptionsChangedSinceParams struct {
+	Since        int64
+	AfterVersion int64
+	AfterID      string
+	MaxRows      int32
+}
+
+// A page of the subscriptions created or updated after change @since
+// (migration 00016), active or not, in the order of their changes, then
+// ids (the rows a statement writes share its number): the next page
+// starts after the last row's (@after_version, @after_id).
+func (q *Queries) SubscriptionsChangedSince(ctx context.Context, arg SubscriptionsChangedSinceParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, subscriptionsChangedSince,
+		arg.Since,
+		arg.AfterVersion,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Subscription{}
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.EventTypes,
+			&i.Description,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.Active,
+			&i.DisabledReason,
+			&i.RateLimit,
+			&i.MaxInFlight,
+			&i.Timeout,
+			&i.RetryPolicy,
+			&i.OrderingKey,
+			&i.Headers,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriptionsDeletedSince = `-- name: SubscriptionsDeletedSince :many
+SELECT id FROM deleted_subscriptions WHERE version > $1
+`
+
+// The ids of the subscriptions deleted after change @since (migration
+// 00016).
+func (q *Queries) SubscriptionsDeletedSince(ctx context.Context, since int64) ([]string, error) {
+	rows, err := q.db.Query(ctx, subscriptionsDeletedSince, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
