@@ -23,7 +23,7 @@ import (
 func TestAHangingEndpointCostsOnlyItsShareOfTheWorker(t *testing.T) {
 	const (
 		capacity = 32
-		hanging  = 6 * capacity
+		hanging  = 4 * capacity
 		rate     = 100 // healthy events per second
 		healthyN = 3 * rate
 		p99Limit = 250 * time.Millisecond
@@ -63,8 +63,8 @@ func TestAHangingEndpointCostsOnlyItsShareOfTheWorker(t *testing.T) {
 
 	// The hanging endpoint holds what the worker lets it: every slot
 	// before the fix, its share after.
-	waitFor(t, 15*time.Second, "the hanging endpoint to hold a quarter of the worker", func() bool {
-		return inFlight(hang) >= capacity/4
+	waitFor(t, 15*time.Second, "the hanging endpoint to hold half the worker", func() bool {
+		return inFlight(hang) >= capacity/2
 	})
 	t.Logf("the hanging endpoint holds %d requests", inFlight(hang))
 
