@@ -162,6 +162,7 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 		return uc.postponed(keep, &slot, report, d, until, reason, now)
 	}
 
+	slot.sending()
 	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
 	slot.release()
 	var out domain.Outcome
@@ -227,9 +228,9 @@ type requestSlot struct {
 	slots  chan struct{}
 	shares *requestShares
 	clock  ports.Clock
-	// sub and admitted tell the share it counts in, since when.
-	sub      string
-	admitted time.Time
+	// sub is the share it counts in; sent, when its request went out.
+	sub  string
+	sent time.Time
 }
 
 // takeRequestSlot waits for a slot of Requests (at once without Requests).
@@ -252,14 +253,26 @@ func (s *requestSlot) admit(sub domain.Subscription, now time.Time) (ok bool, ev
 	if ok, every = s.shares.take(sub.ID, sub.MaxInFlight, cap(s.slots), now); !ok {
 		return false, every
 	}
-	s.sub, s.admitted = sub.ID, now
+	s.sub = sub.ID
 	return true, 0
+}
+
+// sending notes that the request goes out now, so that its share learns
+// how long its requests take.
+func (s *requestSlot) sending() {
+	if s.clock != nil {
+		s.sent = s.clock.Now()
+	}
 }
 
 // release gives the slot back; after the first call it does nothing.
 func (s *requestSlot) release() {
 	if s.sub != "" {
-		s.shares.give(s.sub, s.clock.Now().Sub(s.admitted))
+		var took time.Duration
+		if !s.sent.IsZero() {
+			took = s.clock.Now().Sub(s.sent)
+		}
+		s.shares.give(s.sub, took)
 		s.sub = ""
 	}
 	if s.slots != nil {

@@ -69,13 +69,16 @@ func (s *requestShares) take(sub string, maxInFlight, capacity int, now time.Tim
 }
 
 // give stops counting a request of sub that take counted, which took
-// that long.
+// that long (0 when no request was made: it was postponed after all).
 func (s *requestShares) give(sub string, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh := s.subs[sub]
 	if sh.held--; sh.held <= 0 {
 		delete(s.subs, sub)
+		return
+	}
+	if took <= 0 {
 		return
 	}
 	if sh.took == 0 {

@@ -106,7 +106,8 @@ func TestRequestSharesForgetIdleSubscriptions(t *testing.T) {
 // TestRequestSharesTellHowOftenAPlaceFrees: a subscription refused its
 // share is told how often one of its requests may be expected to end:
 // before any ended, how long they have been in flight over its share;
-// then a moving average of how long they took over its share.
+// then a moving average of how long they took over its share, which a
+// request postponed after its admission does not move.
 func TestRequestSharesTellHowOftenAPlaceFrees(t *testing.T) {
 	t.Parallel()
 	var s requestShares
@@ -117,6 +118,9 @@ func TestRequestSharesTellHowOftenAPlaceFrees(t *testing.T) {
 		t.Errorf("a fifth request after 2 s = %v, every %s; want refused, every 500ms (2 s over a share of 4)", ok, every)
 	}
 	s.give("a", 400*time.Millisecond)
+	s.take("a", 100, 8, base.Add(2*time.Second))
+	// One postponed after all (no request made) tells nothing.
+	s.give("a", 0)
 	s.take("a", 100, 8, base.Add(2*time.Second))
 	if ok, every := s.take("a", 100, 8, base.Add(3*time.Second)); ok || every != 100*time.Millisecond {
 		t.Errorf("after a request of 400 ms = %v, every %s; want refused, every 100ms (400 ms over 4)", ok, every)
