@@ -18,9 +18,10 @@ import (
 // the outcome. If the worker dies, both come back once the lease has passed.
 const leaseMargin = 5 * time.Second
 
-// slotWait is how long a delivery that found every concurrency slot taken
-// waits before it is tried again; a slot frees when a request in flight
-// ends, which is usually sooner than a timeout.
+// slotWait is how long a delivery that found every concurrency slot taken,
+// or its subscription's share of the worker (requestShares), is postponed
+// before it is tried again; a slot frees when a request in flight ends,
+// which is usually sooner than a timeout.
 const slotWait = 100 * time.Millisecond
 
 // Deliver makes one attempt of a delivery: claim (or take) it; pass the
@@ -58,15 +59,18 @@ type Deliver struct {
 	// next request waiting. The caller may then run more Handle calls at
 	// once than Requests holds; the extra ones are recording outcomes or
 	// waiting for a slot, and since they wait before their claim, no lease
-	// runs while they do.
+	// runs while they do. Once its delivery is claimed, a call keeps its
+	// slot only within its subscription's share of Requests (see
+	// requestShares); over it, the delivery is postponed like one its
+	// endpoint's concurrency cap refused.
 	Requests chan struct{}
 
-	// waiters are this process's deliveries waiting for one of their
-	// endpoint's concurrency slots (awaitSlot).
-	waiters slotWaiters
-	// throttled paces this process's deliveries waiting for their
-	// endpoint's rate limit (awaitRate).
-	throttled rateWaiters
+	// shares divides Requests among subscriptions (requestShares).
+	shares requestShares
+	// throttled paces this process's deliveries postponed by their
+	// endpoint's rate limit, and overShare those postponed because their
+	// subscription held its share of Requests.
+	throttled, overShare turns
 	// requeues counts the postponed deliveries waiting to be appended
 	// again (requeueAt).
 	requeues atomic.Int64
@@ -133,28 +137,32 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 	}
 
 	report := Attempted{EventCreatedAt: ev.CreatedAt}
+	if ok, every := slot.admit(sub, now); !ok {
+		// Its endpoint already holds its share of this worker. Postponed
+		// like a delivery its concurrency cap refused, it holds nothing
+		// of the worker while it waits (neither a request slot nor its
+		// consumer's), and comes back in turn, at the pace its endpoint's
+		// requests end: a hanging endpoint's backlog then costs a claim
+		// per timeout or so, not one every slotWait.
+		until := uc.overShare.turn(sub.ID, now.Add(uc.slotWait()), now, every)
+		return uc.postponed(keep, &slot, report, d, until, domain.ReasonThrottled, now)
+	}
 	until, reason, pass, degraded := uc.protect(keep, d, sub, now)
-	if reason == domain.ReasonThrottled {
-		until, reason, pass, degraded = uc.awaitRate(keep, d, sub, until, degraded)
-		now = uc.Clock.Now()
-	}
-	if reason == reasonNoSlot {
-		until, reason, pass, degraded = uc.awaitSlot(keep, d, sub, degraded)
-		now = uc.Clock.Now()
-	}
 	report.Degraded = degraded
-	if reason != "" {
-		postponed := postpone(d, until, reason, now)
-		if err := uc.release(keep, postponed); err != nil {
-			return Attempted{}, fmt.Errorf("postpone delivery %s (%s): %w", d.ID, reason, err)
-		}
-		if reason == domain.ReasonThrottled {
-			uc.requeueAt(postponed.ID, until)
-		}
-		report.Skipped, report.Postponed, report.Delivery = true, reason, postponed
-		return report, nil
+	switch reason {
+	case "":
+	case domain.ReasonThrottled:
+		// Due at its turn at the limit's pace, so that the deliveries the
+		// limit refused come back one by one rather than all at once.
+		until = uc.throttled.turn(sub.ID, until, now, time.Second/time.Duration(max(sub.RateLimit, 1)))
+		return uc.postponed(keep, &slot, report, d, until, reason, now)
+	case reasonNoSlot:
+		return uc.postponed(keep, &slot, report, d, now.Add(uc.slotWait()), domain.ReasonThrottled, now)
+	default:
+		return uc.postponed(keep, &slot, report, d, until, reason, now)
 	}
 
+	slot.sending()
 	res, err := uc.Sender.Send(ctx, uc.request(ev, sub, now))
 	slot.release()
 	var out domain.Outcome
@@ -214,9 +222,15 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 	return report, nil
 }
 
-// requestSlot is a slot of Deliver.Requests, if one was taken.
+// requestSlot is a slot of Deliver.Requests, if one was taken, and once
+// admitted, the share of the subscription its request counts in.
 type requestSlot struct {
-	slots chan struct{}
+	slots  chan struct{}
+	shares *requestShares
+	clock  ports.Clock
+	// sub is the share it counts in; sent, when its request went out.
+	sub  string
+	sent time.Time
 }
 
 // takeRequestSlot waits for a slot of Requests (at once without Requests).
@@ -225,11 +239,42 @@ func (uc *Deliver) takeRequestSlot() requestSlot {
 		return requestSlot{}
 	}
 	uc.Requests <- struct{}{}
-	return requestSlot{slots: uc.Requests}
+	return requestSlot{slots: uc.Requests, shares: &uc.shares, clock: uc.Clock}
+}
+
+// admit counts the slot in sub's share of Requests (requestShares), unless
+// sub holds its share already; then every is how often one of its
+// requests may be expected to end. Without Requests there is nothing to
+// share.
+func (s *requestSlot) admit(sub domain.Subscription, now time.Time) (ok bool, every time.Duration) {
+	if s.slots == nil {
+		return true, 0
+	}
+	if ok, every = s.shares.take(sub.ID, sub.MaxInFlight, cap(s.slots), now); !ok {
+		return false, every
+	}
+	s.sub = sub.ID
+	return true, 0
+}
+
+// sending notes that the request goes out now, so that its share learns
+// how long its requests take.
+func (s *requestSlot) sending() {
+	if s.clock != nil {
+		s.sent = s.clock.Now()
+	}
 }
 
 // release gives the slot back; after the first call it does nothing.
 func (s *requestSlot) release() {
+	if s.sub != "" {
+		var took time.Duration
+		if !s.sent.IsZero() {
+			took = s.clock.Now().Sub(s.sent)
+		}
+		s.shares.give(s.sub, took)
+		s.sub = ""
+	}
 	if s.slots != nil {
 		<-s.slots
 		s.slots = nil
@@ -251,7 +296,7 @@ const (
 )
 
 // reasonNoSlot is protect's reason when every concurrency slot was taken:
-// Handle then waits for one (awaitSlot) before it postpones the delivery.
+// Handle then postpones the delivery by slotWait, as throttled.
 const reasonNoSlot = "no slot"
 
 // protect asks the breaker, the rate limiter and the semaphore, in that
@@ -316,49 +361,11 @@ func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Su
 	return time.Time{}, "", pass, degraded
 }
 
-// slotWait is how long to wait after every slot was taken: slotWait, plus
-// up to as much again so the waiting deliveries spread out.
+// slotWait is how long to postpone a delivery that found no slot:
+// slotWait, plus up to as much again so the postponed deliveries spread
+// out.
 func (uc *Deliver) slotWait() time.Duration {
 	return slotWait + time.Duration(uc.Random()*float64(slotWait))
-}
-
-// awaitSlot waits for a slot of sub after protect found them all taken, in
-// this process and for as long as the delivery would otherwise be
-// postponed (slotWait, jittered), asking the protections again each time a
-// request of this process to sub ends (another process's ending request
-// does not wake it). If no slot was had by then, or as many deliveries as
-// sub has slots are waiting already, it postpones the delivery as protect
-// would have. degraded is the latest protect's report, and what it returns
-// is the report of the protect that decided.
-//
-// A delivery waits while it holds its claim, whose lease has leaseMargin to
-// spare, its request slot (Requests) and its consumer's slot. Each retry asks the rate limit again, as
-// the postponed delivery's next claim would: a retry the semaphore refuses
-// still spends a request of the budget.
-func (uc *Deliver) awaitSlot(ctx context.Context, d domain.Delivery, sub domain.Subscription, degraded error) (
-	until time.Time, reason string, pass passed, _ error,
-) {
-	wait := uc.slotWait()
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-waiting:
-	for {
-		wake, ok := uc.waiters.add(sub.ID, sub.MaxInFlight)
-		if !ok {
-			break
-		}
-		select {
-		case <-wake:
-		case <-deadline.C:
-			uc.waiters.leave(sub.ID, wake)
-			break waiting
-		}
-		until, reason, pass, degraded = uc.protect(ctx, d, sub, uc.Clock.Now())
-		if reason != reasonNoSlot {
-			return until, reason, pass, degraded
-		}
-	}
-	return uc.Clock.Now().Add(wait), domain.ReasonThrottled, passedAlone, degraded
 }
 
 // finish ends a request that passed the protections: it gives the slot
@@ -370,18 +377,34 @@ func (uc *Deliver) finish(ctx context.Context, pass passed, subscriptionID, hold
 ) {
 	if pass == passedTogether {
 		state, err := uc.Protection.Finish(ctx, subscriptionID, holder, uc.Breaker, success, now)
-		uc.waiters.wake(subscriptionID)
 		return state, err == nil, err
 	}
 	if pass == passedAloneWithSlot {
 		_ = uc.Semaphore.Release(ctx, subscriptionID, holder)
-		uc.waiters.wake(subscriptionID)
 	}
 	if uc.Breakers == nil {
 		return domain.Breaker{}, false, nil
 	}
 	state, err = uc.Breakers.Record(ctx, subscriptionID, uc.Breaker, success, now)
 	return state, err == nil, err
+}
+
+// postponed gives slot back, puts the claimed delivery d back without an
+// attempt, due at until for reason, and reports it. A throttled delivery
+// (its rate limit, its concurrency cap, its share of the worker) is
+// appended again when due (requeueAt): it waits holding nothing of the
+// worker, and comes back sooner than the scheduler's next scan.
+func (uc *Deliver) postponed(ctx context.Context, slot *requestSlot, report Attempted, d domain.Delivery, until time.Time, reason string, now time.Time) (Attempted, error) {
+	slot.release()
+	later := postpone(d, until, reason, now)
+	if err := uc.release(ctx, later); err != nil {
+		return Attempted{}, fmt.Errorf("postpone delivery %s (%s): %w", d.ID, reason, err)
+	}
+	if reason == domain.ReasonThrottled {
+		uc.requeueAt(later.ID, until)
+	}
+	report.Skipped, report.Postponed, report.Delivery = true, reason, later
+	return report, nil
 }
 
 // postpone puts a claimed delivery back, due at until, without an attempt.
@@ -409,17 +432,17 @@ func (uc *Deliver) release(ctx context.Context, d domain.Delivery) error {
 // itself (requeueAt) at once; the rest wait for the scheduler's scan.
 const maxRequeues = 256
 
-// requeueAt appends a delivery that the rate limit or the concurrency cap
-// postponed to the stream again when it comes due (at least slotWait
-// from now), when that is within rateWait, so that it is tried again then
+// requeueAt appends a delivery that the rate limit, the concurrency cap or
+// its share of the worker postponed to the stream again when it comes due,
+// when that is within requeueWithin, so that it is tried again then
 // rather than at the scheduler's next scan, a second or so later. At most
 // maxRequeues wait so: each comes back through a claim, and a delivery
 // refused again is postponed again. The scan still finds the ones whose
 // append is lost (a worker that stops first), and a delivery appended by
 // both is attempted once: the second claim finds it taken or done.
 func (uc *Deliver) requeueAt(id string, due time.Time) {
-	wait := max(due.Sub(uc.Clock.Now()), slotWait)
-	if uc.Queue == nil || wait > rateWait {
+	wait := max(due.Sub(uc.Clock.Now()), 0)
+	if uc.Queue == nil || wait > requeueWithin {
 		return
 	}
 	if uc.requeues.Add(1) > maxRequeues {

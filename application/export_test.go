@@ -1,19 +1,15 @@
 package application
 
-// Waiting is how many deliveries of subscriptionID wait in uc for a slot.
-func Waiting(uc *Deliver, subscriptionID string) int {
-	uc.waiters.mu.Lock()
-	defer uc.waiters.mu.Unlock()
-	return len(uc.waiters.queues[subscriptionID])
-}
+// Requeues is how many postponed deliveries uc will append again when due.
+func Requeues(uc *Deliver) int64 { return uc.requeues.Load() }
 
-// RateWaiting is how many deliveries of subscriptionID wait in uc for
-// their rate limit.
-func RateWaiting(uc *Deliver, subscriptionID string) int {
-	uc.throttled.mu.Lock()
-	defer uc.throttled.mu.Unlock()
-	if line := uc.throttled.subs[subscriptionID]; line != nil {
-		return line.waiting
+// SharesHeld is how many requests of subscriptionID count in its share of
+// uc's Requests.
+func SharesHeld(uc *Deliver, subscriptionID string) int {
+	uc.shares.mu.Lock()
+	defer uc.shares.mu.Unlock()
+	if sh := uc.shares.subs[subscriptionID]; sh != nil {
+		return sh.held
 	}
 	return 0
 }

@@ -138,7 +138,7 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 // worker delivers everything after the visibility timeout and the lease.
 func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, func(cfg *bootstrap.Config) { cfg.WorkerConcurrency = 4 })
+	c := newCluster(t, func(cfg *bootstrap.Config) { cfg.WorkerConcurrency = 8 })
 	killWorkerMidAttempt(t, c, 10, nil)
 }
 
@@ -151,7 +151,7 @@ func TestKilledWorkerEntriesAreDeliveredByAnother(t *testing.T) {
 func TestKilledWorkerTakenDeliveriesComeBack(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, func(cfg *bootstrap.Config) {
-		cfg.WorkerConcurrency = 4
+		cfg.WorkerConcurrency = 8
 		cfg.VisibilityTimeout = 10 * time.Second
 	})
 	killWorkerMidAttempt(t, c, 4, func(ids []string) {
@@ -166,7 +166,8 @@ func TestKilledWorkerTakenDeliveriesComeBack(t *testing.T) {
 }
 
 // killWorkerMidAttempt runs a scheduler and a worker process of c (whose
-// WorkerConcurrency is 4), publishes n events to an endpoint (2 s timeout)
+// WorkerConcurrency is 8, of which the one subscription may hold half: four
+// requests), publishes n events to an endpoint (2 s timeout)
 // that holds every request, SIGKILLs the worker once four requests are in
 // flight (after calling inFlight, if set, with the event ids), and checks
 // that a new worker delivers every event.

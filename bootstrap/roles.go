@@ -112,7 +112,11 @@ func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
 // under way. Measured in alternating runs (2026-11-24, 13:40 UTC) against
 // handling only concurrency at once: W5 4,371 → 4,561 deliveries/s, W3
 // 6,321 → 6,627, W4 8,507 → 8,596. Requests itself is sized in
-// coreModule, where the Deliver use case is built.
+// coreModule, where the Deliver use case is built. A handler is held
+// past its claim only while its subscription is within its share of
+// Requests (at most half of it): a hanging endpoint keeps no more
+// handlers than that, plus claims and postponements of a few
+// milliseconds, and reading goes on for the others.
 func handlersFor(concurrency int) int {
 	return concurrency + max(concurrency/4, 1)
 }
