@@ -269,7 +269,8 @@ func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 		get("subscriptions cursor too long", "/v1/subscriptions?cursor="+strings.Repeat("c", 200), 422),
 		get("deliveries bad status", "/v1/deliveries?status=lost", 422),
 		get("deliveries bad limit", "/v1/deliveries?limit=abc", 422),
-		get("deliveries bad cursor", "/v1/deliveries?cursor=%00%ff", 400),
+		get("deliveries bad cursor", "/v1/deliveries?cursor=bm90LWEtY3Vyc29y", 400),
+		get("deliveries cursor not text", "/v1/deliveries?cursor=%00%ff", 422),
 	}
 	if len(tests) < 40 {
 		t.Fatalf("only %d hostile inputs", len(tests))
