@@ -36,10 +36,6 @@ type FanOut struct {
 	MaxTries int
 	// Failed, when set, is told of each event settled as failed, and why.
 	Failed func(eventID, reason string)
-
-	// active is the copy of the active subscriptions events are matched
-	// against.
-	active activeSubscriptions
 }
 
 // DefaultFanOutTries is how many tries an event the store refuses to fan
@@ -83,7 +79,7 @@ func (uc *FanOut) Handle(ctx context.Context, eventIDs []string) error {
 	now := uc.Clock.Now()
 	fanouts := make([]ports.FanOut, 0, len(events))
 	total := 0
-	err = uc.active.match(ctx, uc.Subscriptions, func(subs *domain.SubscriptionIndex) {
+	err = uc.Subscriptions.MatchActive(ctx, func(subs *domain.SubscriptionIndex) {
 		for _, ev := range events {
 			deliveries, _ := deliveriesOf(ev, subs, now, 0, visibilityTimeout(uc.VisibilityTimeout))
 			fanouts = append(fanouts, ports.FanOut{EventID: ev.ID, Deliveries: deliveries})

@@ -81,6 +81,13 @@ type SubscriptionStore interface {
 	// change; when nothing changed since, changed is not called and Cursor
 	// is since.
 	SubscriptionChanges(ctx context.Context, since int64, changed func([]domain.Subscription)) (SubscriptionChanges, error)
+	// MatchActive calls match with an index of the active subscriptions
+	// that holds every change committed before the call. The index is the
+	// store's own copy, kept up to date by changes (see
+	// SubscriptionChanges), so that a process holds one index however many
+	// of its stages match events: match may read it only during the call,
+	// must not change it, and must not call back into the store.
+	MatchActive(ctx context.Context, match func(*domain.SubscriptionIndex)) error
 }
 
 // SubscriptionChanges ends what SubscriptionStore.SubscriptionChanges

@@ -178,6 +178,14 @@ func (s *Store) SubscriptionChanges(_ context.Context, since int64, changed func
 	return out, nil
 }
 
+// MatchActive implements ports.SubscriptionStore.
+func (s *Store) MatchActive(_ context.Context, match func(*domain.SubscriptionIndex)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	match(s.active)
+	return nil
+}
+
 // UpdateSubscription implements ports.SubscriptionStore. update runs under
 // the store's lock, so it must not call back into the store.
 func (s *Store) UpdateSubscription(_ context.Context, id string, update func(*domain.Subscription) error) (domain.Subscription, error) {

@@ -30,6 +30,20 @@ func (s *Store) SubscriptionChanges(ctx context.Context, since int64, changed fu
 	})
 }
 
+// MatchActive implements ports.SubscriptionStore with the copy inline
+// fan-out and takes use: the change counter read first tells how new the
+// copy must be.
+func (s *Store) MatchActive(ctx context.Context, match func(*domain.SubscriptionIndex)) error {
+	version, err := s.queries.SubscriptionVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("match active subscriptions: %w", interpretError(err))
+	}
+	return s.withSubscriptions(ctx, version, func(_ int64, c *subscriptionCopy) error {
+		match(c.index)
+		return nil
+	})
+}
+
 // subscriptionChanges is SubscriptionChanges with the rows undecoded.
 func (s *Store) subscriptionChanges(ctx context.Context, since int64, changed func([]sqlcgen.Subscription) error) (ports.SubscriptionChanges, error) {
 	version, err := s.queries.SubscriptionVersion(ctx)
@@ -78,8 +92,9 @@ const maxTakeSubscriptions = 10_000
 
 // subscriptionCopy is the process's copy of the active subscriptions, kept
 // up to date by changes (SubscriptionChanges): the index inline fan-out
-// matches events against, the version of each active row, and, for takes,
-// a bounded number of the subscriptions decoded whole. Only the index and
+// and the fan-out stage (MatchActive) match events against, the version
+// of each active row, and, for takes, a bounded number of the
+// subscriptions decoded whole. Only the index and
 // the versions cover every active subscription, so that a process holds
 // 100,000 of them in a few tens of MiB.
 type subscriptionCopy struct {

@@ -124,6 +124,48 @@ func TestAPublishAfterAChangeReadsOnlyWhatChanged(t *testing.T) {
 	assert.LessOrEqual(t, reads.rows.Load(), int64(few), "subscription rows read to follow one deletion")
 }
 
+// TestFanOutMatchesOnTheCopyReadingOnlyWhatChanged checks that the
+// fan-out stage's matching (MatchActive) uses the same copy as inline
+// fan-out: loaded once, then following a change by reading the changed
+// row, not every subscription for every batch (with 50,000 subscriptions,
+// fan-out's median delivery went from 54 ms to 547 ms); and that a process
+// keeps one copy, however many of its stages match.
+func TestFanOutMatchesOnTheCopyReadingOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	const n, few = 2_000, 10
+	pool, reads := tracedPool(t)
+	store := postgres.New(pool)
+	subs := createSubscriptions(t, store, n)
+	match := func() int {
+		t.Helper()
+		matched := 0
+		require.NoError(t, store.MatchActive(t.Context(), func(active *domain.SubscriptionIndex) {
+			matched = len(active.Match("order.created"))
+		}))
+		return matched
+	}
+	require.Zero(t, match(), "none matches")
+	require.GreaterOrEqual(t, reads.rows.Load(), int64(n), "the first match loads the copy")
+
+	reads.rows.Store(0)
+	require.Zero(t, match())
+	assert.Zero(t, reads.rows.Load(), "subscription rows read with nothing changed")
+	_, _, err := store.CreateEventFannedOut(t.Context(), newGroupEvent(time.Now()), func(domain.Event, *domain.SubscriptionIndex) ([]domain.Delivery, bool) {
+		return nil, true
+	})
+	require.NoError(t, err)
+	assert.LessOrEqual(t, reads.rows.Load(), int64(few), "subscription rows read by inline fan-out: it shares the copy")
+
+	_, err = store.UpdateSubscription(t.Context(), subs[n/3].ID, func(s *domain.Subscription) error {
+		s.EventTypes = []string{"order.*"}
+		return nil
+	})
+	require.NoError(t, err)
+	reads.rows.Store(0) // the update's own read of its row
+	assert.Equal(t, 1, match(), "the change is seen by the next match")
+	assert.LessOrEqual(t, reads.rows.Load(), int64(few), "subscription rows read to follow one change")
+}
+
 // TestTheCopyOf100000SubscriptionsFitsAProcess checks that the copy of the
 // subscriptions a process keeps (inline fan-out, takes) holds 100,000 of
 // them in a small part of a process's 200 MiB, and is loaded without
