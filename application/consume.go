@@ -55,31 +55,7 @@ type Consumer struct {
 	// never waits: more is already there. An entry waits at most ReadWait
 	// longer; the handlers in flight go on meanwhile.
 	ReadWait time.Duration
-	// SaturatedReadWait replaces ReadWait when it is longer and Saturated
-	// reports that the machine has no processor time to spare. Then every
-	// delivery's way through the worker already waits for a processor,
-	// batching is what frees some, and a worker among several on the
-	// machine, each reading a share of the deliveries, would otherwise
-	// carry batches a fraction of one worker's size.
-	SaturatedReadWait time.Duration
-	// Saturated tells whether the machine is saturated (host.CPU); nil
-	// means never.
-	Saturated func() bool
-	// Standby, when set and true, holds reads back: the consumer reads
-	// nothing and asks again every StandbyPoll, while the handlers in
-	// flight finish and are acknowledged. Entries it would have read go to
-	// the group's other consumers. A worker stands by while its machine is
-	// saturated and a worker of its deployment that joined before it reads
-	// (bootstrap's machineShare.StandBy): a process more taking turns for
-	// the same processors adds no throughput, only its share of the
-	// wake-ups, batches a fraction of the size and the other processes'
-	// contention.
-	Standby func() bool
 }
-
-// StandbyPoll is how often a consumer standing by asks whether it still
-// should (Consumer.Standby).
-const StandbyPoll = 100 * time.Millisecond
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
 // queue not to hand the entry out again; the work it stands for is already
@@ -129,13 +105,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 
 	for ctx.Err() == nil {
-		if c.Standby != nil && c.Standby() {
-			select {
-			case <-ctx.Done():
-			case <-time.After(StandbyPoll):
-			}
-			continue
-		}
 		slots <- struct{}{}
 		want := batch
 		if c.PerEntry {
@@ -170,7 +139,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		} else {
 			run(msgs)
 		}
-		if wait := c.readWait(); wait > 0 && len(msgs) < want {
+		if wait := c.ReadWait; wait > 0 && len(msgs) < want {
 			select {
 			case <-ctx.Done():
 			case <-time.After(wait):
@@ -184,14 +153,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return nil
 	}
 	return ctx.Err()
-}
-
-// readWait is how long to wait after a read that did not fill.
-func (c *Consumer) readWait() time.Duration {
-	if c.SaturatedReadWait > c.ReadWait && c.Saturated != nil && c.Saturated() {
-		return c.SaturatedReadWait
-	}
-	return c.ReadWait
 }
 
 // acknowledge acknowledges the ids that arrive on finished, in batches: a

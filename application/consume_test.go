@@ -313,23 +313,14 @@ func TestConsumerReadWait(t *testing.T) {
 		name     string
 		entries  int           // published before the consumer starts
 		readWait time.Duration // Consumer.ReadWait
-		// Consumer.SaturatedReadWait, and what Consumer.Saturated reports
-		// (nil when saturated is false).
-		saturatedWait time.Duration
-		saturated     bool
-		minGap        time.Duration // the least time between the first read and the next
-		waits         bool          // the next read never comes before shutdown
+		minGap   time.Duration // the least time between the first read and the next
+		waits    bool          // the next read never comes before shutdown
 	}{
 		{name: "a read that did not fill waits", entries: 32, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
 		{name: "a read of one entry waits too", entries: 1, readWait: 200 * time.Millisecond, minGap: 200 * time.Millisecond},
 		{name: "a full read does not wait", entries: batch + 10, readWait: time.Hour},
 		{name: "no wait set", entries: 32},
 		{name: "shutdown ends the wait", entries: 48, readWait: time.Hour, waits: true},
-		{name: "a saturated machine waits the longer wait", entries: 32, readWait: time.Millisecond, saturatedWait: time.Hour, saturated: true, waits: true},
-		{name: "a saturated machine waits without a wait of its own", entries: 32, saturatedWait: 200 * time.Millisecond, saturated: true, minGap: 200 * time.Millisecond},
-		{name: "a machine with time to spare does not", entries: 32, saturatedWait: time.Hour},
-		{name: "a saturated machine keeps a longer wait of its own", entries: 32, readWait: time.Hour, saturatedWait: time.Millisecond, saturated: true, waits: true},
-		{name: "a full read does not wait on a saturated machine", entries: batch + 10, saturatedWait: time.Hour, saturated: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,13 +338,7 @@ func TestConsumerReadWait(t *testing.T) {
 			c := &application.Consumer{
 				Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: batch, Block: 10 * time.Millisecond,
 				Concurrency: 2 * batch, PerEntry: true, ReadWait: tc.readWait,
-				SaturatedReadWait: tc.saturatedWait,
-				Handle:            func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
-			}
-			if tc.saturated {
-				c.Saturated = func() bool { return true }
-			} else if tc.saturatedWait > 0 {
-				c.Saturated = func() bool { return false }
+				Handle: func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
 			}
 			done := make(chan error, 1)
 			go func() { done <- c.Run(ctx) }()
@@ -387,129 +372,5 @@ func TestConsumerReadWait(t *testing.T) {
 				t.Fatal("Run did not return within 5s of shutdown")
 			}
 		})
-	}
-}
-
-// TestConsumerStandsBy checks that a consumer standing by reads nothing,
-// leaving the entries to the group's other consumers, that the handlers it
-// has in flight finish, and that it reads again once Standby turns false.
-func TestConsumerStandsBy(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	q := memory.NewQueue(memory.QueueOptions{})
-	var standby atomic.Bool
-	standby.Store(true)
-	askedTrue := make(chan struct{}, 1) // Standby has answered true since drained
-	slowStarted, slowRelease := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	handled := map[string][]string{} // consumer → bodies
-	count := func(name string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled[name])
-	}
-	consumer := func(name string) *application.Consumer {
-		return &application.Consumer{
-			Queue: q, Stream: "s", Group: "g", Name: name, Batch: 8, Block: 10 * time.Millisecond,
-			Concurrency: 8, PerEntry: true,
-			Handle: func(_ context.Context, msgs []ports.Message) []string {
-				if msgs[0].Body == "slow" {
-					close(slowStarted)
-					<-slowRelease
-				}
-				mu.Lock()
-				handled[name] = append(handled[name], msgs[0].Body)
-				mu.Unlock()
-				return []string{msgs[0].ID}
-			},
-		}
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 5s: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	publish := func(bodies ...string) {
-		t.Helper()
-		if err := q.Publish(ctx, "s", bodies...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitStandingBy := func() {
-		t.Helper()
-		select {
-		case <-askedTrue: // drain an answer given before now
-		default:
-		}
-		select {
-		case <-askedTrue:
-		case <-time.After(5 * time.Second):
-			t.Fatal("Standby not asked within 5s")
-		}
-	}
-
-	standing := consumer("standing")
-	standing.Standby = func() bool {
-		v := standby.Load()
-		if v {
-			select {
-			case askedTrue <- struct{}{}:
-			default:
-			}
-		}
-		return v
-	}
-	standingDone := make(chan error, 1)
-	go func() { standingDone <- standing.Run(ctx) }()
-	waitStandingBy()
-
-	// Standing by: the other consumer gets every entry.
-	publish("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
-	otherCtx, stopOther := context.WithCancel(ctx)
-	otherDone := make(chan error, 1)
-	go func() { otherDone <- consumer("other").Run(otherCtx) }()
-	waitFor("the other consumer handles all 10 entries", func() bool { return count("other") == 10 })
-	if n := count("standing"); n != 0 {
-		t.Fatalf("the consumer standing by handled %d entries, want 0", n)
-	}
-	stopOther()
-	if err := <-otherDone; err != nil {
-		t.Fatalf("other consumer's Run: %v", err)
-	}
-
-	// No longer standing by: it reads again.
-	standby.Store(false)
-	publish("k", "l", "m", "n", "o", "slow")
-	<-slowStarted
-	waitFor("the consumer back from standing by handles the 5 quick entries", func() bool { return count("standing") == 5 })
-
-	// Standing by again while a handler is in flight: it finishes.
-	standby.Store(true)
-	waitStandingBy()
-	close(slowRelease)
-	waitFor("the handler in flight finishes", func() bool { return count("standing") == 6 })
-	publish("p")
-	time.Sleep(50 * time.Millisecond) // five reads' Block: none may take it
-	if n := count("standing"); n != 6 {
-		t.Fatalf("standing by, the consumer handled %d entries, want 6", n)
-	}
-	cancel()
-	if err := <-standingDone; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if got := pendingAfter(t, q, "s", "g"); len(got) != 0 {
-		t.Errorf("unacknowledged after shutdown = %v, want none: all it handled acknowledged", got)
-	}
-	msgs, err := q.Read(context.Background(), "s", "g", "inspector", 10, 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != 1 || msgs[0].Body != "p" {
-		t.Errorf("unread after shutdown = %v, want the entry published while it stood by", msgs)
 	}
 }

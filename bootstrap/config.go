@@ -54,14 +54,6 @@ const (
 	// opened.
 	DefaultProtectionLease = redis.DefaultLeaseWindow
 	MaxProtectionLease     = time.Second
-	// DefaultWorkerSaturatedReadWait is WorkerSaturatedReadWait's default.
-	// On two cores shared by every role (docs/performance.md, *Workers
-	// that share a saturated machine*), two and four workers sized to
-	// their share of the processors and waiting 30 ms delivered 0.98 and
-	// 0.86 of one worker's figure, against 0.86 and 0.74 before, at an
-	// accepted→received p50 of 33 and 16 ms; 100 ms gave 1.05 and 0.88,
-	// at 80 and 49 ms and the load generator's process 40 MiB larger.
-	DefaultWorkerSaturatedReadWait = 30 * time.Millisecond
 )
 
 // Config is every setting of every role. Each field is a flag and a
@@ -105,23 +97,6 @@ type Config struct {
 	// that it reads, takes, records and acknowledges them in larger batches
 	// (application.Consumer.ReadWait); 0, the default, never waits.
 	WorkerReadWait time.Duration
-	// WorkerSaturatedReadWait is WorkerReadWait, when it is the longer,
-	// for a worker process that shares its machine with other workers
-	// while the machine has no processor time to spare (busy 95 % of a
-	// second, until below 85 %; host.CPU): then every delivery already
-	// waits for a processor, and batching frees some. 0 turns it off.
-	WorkerSaturatedReadWait time.Duration
-	// WorkerShareProcessors makes each worker process size its Go runtime
-	// (GOMAXPROCS) to its share of the machine's processors among the
-	// Dispatch workers running on it (host.Slot), unless GOMAXPROCS is set
-	// in the environment.
-	WorkerShareProcessors bool
-	// WorkerStandby lets a worker process stand by while its machine is
-	// saturated (host.CPU) and another Dispatch worker on it joined before
-	// it (host.Census): it reads nothing until the machine has time to
-	// spare or it is the longest-standing worker left
-	// (application.Consumer.Standby, machineShare.StandBy).
-	WorkerStandby bool
 	// ProtectionLease is how long a worker may hand its deliveries the
 	// requests it leased at once from an endpoint's protections (rate
 	// limit, concurrency slots), while the endpoint's breaker stores no
@@ -165,12 +140,6 @@ type Config struct {
 	EncryptionKeys string
 
 	envErr error
-	// slotDir is where worker processes count each other
-	// (processorShareModule); host.DefaultSlotDir() when empty.
-	slotDir string
-	// saturated, when set, stands in for host.CPU's verdict on whether
-	// the machine is saturated (WithSaturation, in tests).
-	saturated func() bool
 	// asyncCommits is set by roles that write only state a database crash
 	// may lose (worker, scheduler); see postgres.AsyncCommits.
 	asyncCommits bool
@@ -187,9 +156,6 @@ func DefaultConfig() Config {
 		SchedulerBatchSize:      application.DefaultSchedulerBatchSize,
 		VisibilityTimeout:       application.DefaultVisibilityTimeout,
 		WorkerConcurrency:       DefaultConcurrency,
-		WorkerSaturatedReadWait: DefaultWorkerSaturatedReadWait,
-		WorkerShareProcessors:   true,
-		WorkerStandby:           true,
 		ProtectionLease:         DefaultProtectionLease,
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
@@ -248,9 +214,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
 	parse((*durationValue)(&c.WorkerReadWait), "worker-read-wait", "how long a worker waits before reading more deliveries after a read that did not fill, to handle them in larger batches: less CPU per delivery, up to this much more latency (0: never waits)")
-	parse((*durationValue)(&c.WorkerSaturatedReadWait), "worker-saturated-read-wait", "the worker's read wait while the machine's processors are saturated, when longer than worker-read-wait (0: off)")
-	parse((*boolValue)(&c.WorkerShareProcessors), "worker-share-processors", "size each worker's Go runtime to its share of the machine's processors among the Dispatch workers on it, unless GOMAXPROCS is set")
-	parse((*boolValue)(&c.WorkerStandby), "worker-standby", "let a worker stand by, reading nothing, while the machine's processors are saturated and another Dispatch worker on it joined before it")
 	parse((*durationValue)(&c.ProtectionLease), "protection-lease", "how long a worker hands its deliveries to one endpoint the requests and concurrency slots it leased at once from Redis while the endpoint is healthy, instead of asking per delivery (0: asks per delivery)")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
@@ -282,7 +245,6 @@ func (c *Config) Validate() error {
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
-	check(c.WorkerSaturatedReadWait >= 0 && c.WorkerSaturatedReadWait <= MaxWorkerReadWait, "worker-saturated-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerSaturatedReadWait)
 	check(c.ProtectionLease >= 0 && c.ProtectionLease <= MaxProtectionLease, "protection-lease must be 0..%s, got %s", MaxProtectionLease, c.ProtectionLease)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.MaxBodyBytes >= 1024, "max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

@@ -106,36 +106,12 @@ func TestWorkerReadWaitConfig(t *testing.T) {
 		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
 }
 
-func TestWorkerSaturatedReadWaitConfig(t *testing.T) {
-	if got := bootstrap.DefaultConfig().WorkerSaturatedReadWait; got != bootstrap.DefaultWorkerSaturatedReadWait || got <= 0 {
-		t.Errorf("default = %s, want DefaultWorkerSaturatedReadWait (%s), above 0", got, bootstrap.DefaultWorkerSaturatedReadWait)
-	}
-	testZeroToASecondSetting(t, "DISPATCH_WORKER_SATURATED_READ_WAIT", "worker-saturated-read-wait",
-		func(c bootstrap.Config) time.Duration { return c.WorkerSaturatedReadWait })
-}
-
 func TestProtectionLeaseConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().ProtectionLease; got != bootstrap.DefaultProtectionLease || got <= 0 {
 		t.Errorf("default = %s, want DefaultProtectionLease (%s), above 0", got, bootstrap.DefaultProtectionLease)
 	}
 	testZeroToASecondSetting(t, "DISPATCH_PROTECTION_LEASE", "protection-lease",
 		func(c bootstrap.Config) time.Duration { return c.ProtectionLease })
-}
-
-func TestWorkerShareProcessorsConfig(t *testing.T) {
-	if !bootstrap.DefaultConfig().WorkerShareProcessors {
-		t.Error("default = false, want true: workers on one machine share its processors unless told otherwise")
-	}
-	testBoolSetting(t, "DISPATCH_WORKER_SHARE_PROCESSORS", "worker-share-processors",
-		func(c bootstrap.Config) bool { return c.WorkerShareProcessors })
-}
-
-func TestWorkerStandbyConfig(t *testing.T) {
-	if !bootstrap.DefaultConfig().WorkerStandby {
-		t.Error("default = false, want true: workers on a saturated machine stand by unless told otherwise")
-	}
-	testBoolSetting(t, "DISPATCH_WORKER_STANDBY", "worker-standby",
-		func(c bootstrap.Config) bool { return c.WorkerStandby })
 }
 
 // testBoolSetting checks a boolean setting read from env and from the

@@ -66,11 +66,7 @@ var (
 )
 
 // TestMain removes the binary dispatchBinary built, if it built one.
-// As a child of TestSteadySysmonReexecutes it runs that instead.
 func TestMain(m *testing.M) {
-	if os.Getenv(sysmonChild) != "" {
-		runSysmonChild()
-	}
 	code := m.Run()
 	if binaryPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binaryPath))
@@ -111,9 +107,6 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 		"DISPATCH_ALLOW_PRIVATE_TARGETS=true",
 		"DISPATCH_VISIBILITY_TIMEOUT="+c.cfg.VisibilityTimeout.String(),
 		"DISPATCH_WORKER_CONCURRENCY="+fmt.Sprint(c.cfg.WorkerConcurrency),
-		"DISPATCH_WORKER_SATURATED_READ_WAIT="+c.cfg.WorkerSaturatedReadWait.String(),
-		"DISPATCH_WORKER_SHARE_PROCESSORS="+fmt.Sprint(c.cfg.WorkerShareProcessors),
-		"DISPATCH_WORKER_STANDBY="+fmt.Sprint(c.cfg.WorkerStandby),
 		"DISPATCH_LOG_LEVEL=error",
 	)
 	var stderr strings.Builder

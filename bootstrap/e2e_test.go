@@ -59,14 +59,6 @@ func testConfig(t *testing.T) bootstrap.Config {
 	cfg.AllowPrivateTargets = true
 	cfg.SchedulerPollInterval = 50 * time.Millisecond
 	cfg.LogLevel = "error"
-	// Workers in the test process must not size its runtime, and wait for
-	// nothing but deliveries: the race detector keeps the machine
-	// saturated, and a test's few deliveries would each wait the
-	// saturated read wait; nor stand by, counting the workers of other
-	// tests as peers. Their own tests cover all three.
-	cfg.WorkerShareProcessors = false
-	cfg.WorkerSaturatedReadWait = 0
-	cfg.WorkerStandby = false
 	return cfg
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/fx"
@@ -56,7 +55,7 @@ func Options(role Role, cfg Config) (fx.Option, error) {
 	case RoleAPI:
 		return fx.Options(append(append(base, durable...), apiModule)...), nil
 	case RoleWorker:
-		return fx.Options(append(append(base, durable...), workerModule, machineShareModule, workerGCModule, adminModule)...), nil
+		return fx.Options(append(append(base, durable...), workerModule, adminModule)...), nil
 	case RoleScheduler:
 		return fx.Options(append(append(base, durable...), schedulerModule, adminModule)...), nil
 	case RoleAll:
@@ -130,29 +129,9 @@ const fanOutHandlers = 2
 var workerModule = fx.Module("worker",
 	fx.Provide(newWarmedDeliveries),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, m *metrics.Metrics, queue ports.Queue,
-		fanout *application.FanOut, deliver *application.Deliver, _ warmedDeliveries, peers workerPeers,
+		fanout *application.FanOut, deliver *application.Deliver, _ warmedDeliveries,
 	) {
 		name := consumerName("worker")
-		// The saturated machine's read wait is for workers that share the
-		// machine: each reads a share of the deliveries, in batches that
-		// share's size, and the wait gives them one worker's batches back.
-		// A worker alone already reads all there is; waiting only delays
-		// it (in W3, one worker delivered as much with the wait as
-		// without, its accepted→received p50 twice as long), and so does
-		// the one that reads while the others stand by.
-		saturated := func() bool { return !cfg.WorkerStandby && peers.Share.Shared() && peers.Share.Saturated() }
-		// Both consumers ask whether to stand by; either may report the
-		// change.
-		var standingBy atomic.Bool
-		standby := func() bool {
-			now := peers.Share.StandBy()
-			if was := standingBy.Swap(now); was != now {
-				m.StandingBy(now)
-				log.Info("worker standing by", "standing_by", now,
-					"reason", "the machine is saturated and a worker that joined before this one reads")
-			}
-			return now
-		}
 		onErr := func(err error) { log.Error("stream consumer failed", "error", err) }
 		onMalformed := func(stream string) func(ports.Message) {
 			return func(msg ports.Message) {
@@ -162,7 +141,7 @@ var workerModule = fx.Module("worker",
 		}
 		fanoutConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.EventStream, Group: application.FanOutGroup, Name: name,
-			Batch: 100, Block: time.Second, Concurrency: fanOutHandlers, OnError: onErr, Standby: standby,
+			Batch: 100, Block: time.Second, Concurrency: fanOutHandlers, OnError: onErr,
 			Valid:       func(body string) bool { return domain.IsID(domain.EventIDPrefix, body) },
 			OnMalformed: onMalformed(ports.EventStream),
 			Handle: func(ctx context.Context, msgs []ports.Message) []string {
@@ -185,7 +164,7 @@ var workerModule = fx.Module("worker",
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
-			ReadWait: cfg.WorkerReadWait, SaturatedReadWait: cfg.WorkerSaturatedReadWait, Saturated: saturated, Standby: standby,
+			ReadWait: cfg.WorkerReadWait,
 			Valid: func(body string) bool {
 				id, _ := application.DeliveryEntry(body)
 				return domain.IsID(domain.DeliveryIDPrefix, id)
@@ -224,13 +203,6 @@ var workerModule = fx.Module("worker",
 		startLoops(lc, runs...)
 	}),
 )
-
-// workerPeers is the worker's place among those on its machine, where the
-// role counts them (machineShareModule); nil in `all` and `dev`.
-type workerPeers struct {
-	fx.In
-	Share *machineShare `optional:"true"`
-}
 
 func bodiesAndIDs(msgs []ports.Message) (bodies, ids []string) {
 	bodies = make([]string, len(msgs))

@@ -32,7 +32,6 @@ type Metrics struct {
 	deadLetters     prometheus.Gauge
 	streamLag       *prometheus.GaugeVec
 	circuitsOpen    prometheus.Gauge
-	standingBy      prometheus.Gauge
 
 	mu sync.Mutex
 	// openUntil tracks the circuits this process saw open, by
@@ -109,10 +108,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_circuits_open",
 			Help: "Subscriptions whose circuit this worker last saw open and whose open period has not ended.",
 		}),
-		standingBy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dispatch_worker_standing_by",
-			Help: "1 while this worker stands by, reading nothing: its machine is saturated and a worker that joined before it reads (DISPATCH_WORKER_STANDBY).",
-		}),
 		openUntil: map[string]time.Time{},
 	}
 	for _, reason := range []string{domain.ReasonThrottled, domain.ReasonCircuitOpen} {
@@ -123,17 +118,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.fanOutFailures, m.schedulerSwept, m.malformed,
 		m.postponed, m.semFallbacks, m.degraded,
-		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen, m.standingBy)
+		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen)
 	return m
-}
-
-// StandingBy records whether this worker stands by (reads nothing).
-func (m *Metrics) StandingBy(on bool) {
-	if on {
-		m.standingBy.Set(1)
-	} else {
-		m.standingBy.Set(0)
-	}
 }
 
 // EventReceived counts one accepted event.

@@ -39,7 +39,6 @@ func TestGauges(t *testing.T) {
 		{"dispatch_dead_letters", nil, 7},
 		{"dispatch_stream_lag", []string{"stream", "deliveries"}, 42},
 		{"dispatch_circuits_open", nil, 1},
-		{"dispatch_worker_standing_by", nil, 0},
 	} {
 		if got := metricstest.Value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, got, c.want)
@@ -68,20 +67,5 @@ func TestFanOutFailuresCount(t *testing.T) {
 	m.FanOutFailed()
 	if got := metricstest.Value(t, reg, "dispatch_fanout_failures_total"); got != 2 {
 		t.Errorf("fan-out failures = %v, want 2", got)
-	}
-}
-
-func TestStandingBy(t *testing.T) {
-	t.Parallel()
-	reg, m := newMetrics()
-	steps := []struct {
-		on   bool
-		want float64
-	}{{true, 1}, {true, 1}, {false, 0}, {true, 1}}
-	for _, step := range steps {
-		m.StandingBy(step.on)
-		if got := metricstest.Value(t, reg, "dispatch_worker_standing_by"); got != step.want {
-			t.Errorf("after StandingBy(%v): gauge = %v, want %v", step.on, got, step.want)
-		}
 	}
 }

@@ -105,12 +105,6 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 		dc.WorkerConcurrency = cfg.WorkerConcurrency
 	}
 	dc.WorkerReadWait = cfg.WorkerReadWait
-	// A worker in this process (--workers 0) shares it with the API and the
-	// load generator: its processors are not its own to size. It is the
-	// deployment's only worker, so it never stands by, whatever other
-	// Dispatch workers hold slots on the machine (a test's, say).
-	dc.WorkerShareProcessors = false
-	dc.WorkerStandby = false
 
 	// `dispatch migrate`, then the roles.
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {

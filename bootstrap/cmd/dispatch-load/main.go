@@ -7,11 +7,9 @@ package main
 import (
 	"os"
 
-	"github.com/dispatch-webhooks/dispatch/bootstrap"
 	"github.com/dispatch-webhooks/dispatch/bootstrap/loadtest"
 )
 
 func main() {
-	bootstrap.SteadySysmon() // it hosts the api and scheduler: run them as dispatch does
 	os.Exit(loadtest.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

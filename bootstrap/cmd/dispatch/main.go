@@ -2,10 +2,6 @@
 // api, worker, scheduler, all, dev or migrate. Every flag can also be set
 // through the environment; `dispatch <role> -h` lists them. `dispatch
 // openapi [--version 3.1|3.0]` prints the API's OpenAPI document.
-//
-// It first re-executes itself with the Go runtime's monitor thread kept out
-// of its deep sleep (see bootstrap.SteadySysmon; GODEBUG=schedtrace=0
-// opts out).
 package main
 
 import (
@@ -15,6 +11,5 @@ import (
 )
 
 func main() {
-	bootstrap.SteadySysmon()
 	os.Exit(bootstrap.Main(os.Args[1:], os.Stdout, os.Stderr))
 }
