@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // dispatchAPI is what a run needs from Dispatch's API; client.go
@@ -239,31 +241,25 @@ func createIdle(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver)
 // forEachConcurrently calls fn(0) … fn(n-1), at most width at once, and
 // returns the first error; after an error it starts no more calls.
 func forEachConcurrently(n, width int, fn func(i int) error) error {
-	var (
-		next     atomic.Int64
-		firstErr atomic.Pointer[error]
-		wg       sync.WaitGroup
-	)
-	for range min(max(width, 1), n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for firstErr.Load() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-				}
+	var g errgroup.Group
+	g.SetLimit(max(width, 1))
+	failed := make(chan struct{})
+	var once sync.Once
+	for i := range n {
+		select {
+		case <-failed:
+			return g.Wait()
+		default:
+		}
+		g.Go(func() error {
+			err := fn(i)
+			if err != nil {
+				once.Do(func() { close(failed) })
 			}
-		}()
+			return err
+		})
 	}
-	wg.Wait()
-	if err := firstErr.Load(); err != nil {
-		return *err
-	}
-	return nil
+	return g.Wait()
 }
 
 // drain waits until every expected delivery has arrived, nothing has
