@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -37,9 +37,9 @@ import (
 
 // workerBatchers are a Store's group commits of the worker's statements.
 type workerBatchers struct {
-	claims   *groupcommit.Batcher[*claimCall]
-	attempts *groupcommit.Batcher[*outcomeCall[attemptWrite]]
-	releases *groupcommit.Batcher[*outcomeCall[releaseWrite]]
+	claims   *batch.Batcher[*claimCall]
+	attempts *batch.Batcher[*outcomeCall[attemptWrite]]
+	releases *batch.Batcher[*outcomeCall[releaseWrite]]
 }
 
 // recordLinger is how long a batch of attempt records waits for more
@@ -57,9 +57,9 @@ const recordLinger = 2 * time.Millisecond
 // (New calls it, like the events batcher).
 func (s *Store) newWorkerBatchers() workerBatchers {
 	return workerBatchers{
-		claims:   groupcommit.New(s.claimDeliveries, groupcommit.Limits[*claimCall]{}),
-		attempts: groupcommit.New(s.recordAttempts, groupcommit.Limits[*outcomeCall[attemptWrite]]{Linger: recordLinger}),
-		releases: groupcommit.New(s.releaseDeliveries, groupcommit.Limits[*outcomeCall[releaseWrite]]{}),
+		claims:   batch.New(s.claimDeliveries, batch.Limits[*claimCall]{}),
+		attempts: batch.New(s.recordAttempts, batch.Limits[*outcomeCall[attemptWrite]]{Linger: recordLinger}),
+		releases: batch.New(s.releaseDeliveries, batch.Limits[*outcomeCall[releaseWrite]]{}),
 	}
 }
 
@@ -174,7 +174,7 @@ func (s *Store) toClaimed(row sqlcgen.ClaimDeliveriesRow) (ports.Claimed, error)
 	}, nil
 }
 
-// claimDeliveries is the groupcommit.WriteFunc of claims: one
+// claimDeliveries is the batch.WriteFunc of claims: one
 // ClaimDeliveries statement for the batch, each delivery named once (the
 // first call for it gets the claim). A statement rejected for a row's
 // content (SQLSTATE class 22 or 23, say a lease beyond the timestamp
@@ -299,7 +299,7 @@ func newAttemptWrite(d domain.Delivery, a domain.Attempt) attemptWrite {
 	}
 }
 
-// recordAttempts is the groupcommit.WriteFunc of RecordAttempt.
+// recordAttempts is the batch.WriteFunc of RecordAttempt.
 func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[attemptWrite], errs []error) {
 	writeOutcomes(ctx, batch, errs, "record", func(ctx context.Context, ps []attemptWrite) (map[string]outcomeRow, error) {
 		p := sqlcgen.RecordAttemptsParams{
@@ -366,7 +366,7 @@ type releaseWrite struct {
 	UpdatedAt     time.Time
 }
 
-// releaseDeliveries is the groupcommit.WriteFunc of ReleaseDelivery.
+// releaseDeliveries is the batch.WriteFunc of ReleaseDelivery.
 func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[releaseWrite], errs []error) {
 	writeOutcomes(ctx, batch, errs, "release", func(ctx context.Context, ps []releaseWrite) (map[string]outcomeRow, error) {
 		p := sqlcgen.ReleaseDeliveriesParams{

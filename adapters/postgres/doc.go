@@ -11,7 +11,7 @@
 // (Encryption) in the row mapping, so domain values stay plaintext.
 //
 // Rule of dependency: imports domain, ports, migrations, sqlcgen, pgx,
-// goose, groupcommit (the technology-neutral batching of CreateEvent) and
+// goose, internal/batch (the technology-neutral batching of CreateEvent) and
 // keyring (the sealing of values at rest);
 // nothing imports it but bootstrap and tests.
 package postgres

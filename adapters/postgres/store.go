@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -39,7 +39,7 @@ type Store struct {
 	batchPool *pgxpool.Pool
 	// events group-commits events without an idempotency key; see
 	// CreateEvent.
-	events *groupcommit.Batcher[newEvent]
+	events *batch.Batcher[newEvent]
 	// subscriptions is the copy of the active subscriptions inline
 	// fan-out matches events against, and takes find theirs in.
 	subscriptions subscriptionCopy

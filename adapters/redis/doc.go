@@ -6,7 +6,7 @@
 // connection helper (Connect).
 //
 // Rule of dependency: this package imports ports, domain, go-redis,
-// redis_rate, groupcommit (technology-neutral batching, used by Publish and by Protection's pipelines) and
+// redis_rate, internal/batch (technology-neutral batching, used by Publish and by Protection's pipelines) and
 // the standard library, never application or another adapter. go-redis types and errors (redis.Nil, NOGROUP replies) stop here:
 // they are interpreted once, at the seam, and callers only see ports types
 // and plain errors.

@@ -7,7 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 )
 
 // Limits of the group commit of Protection's script runs (see
@@ -38,7 +38,7 @@ const (
 // protectionScript runs one of Protection's scripts for concurrent callers
 // in shared round trips: calls that arrive while a pipeline is on its way
 // gather into the next one, which carries them as one write of N EVALSHA
-// and one read of N replies (group commit, see adapters/groupcommit).
+// and one read of N replies (group commit, see internal/batch).
 //
 // Each call gets its own reply or its own error, exactly as Script.Run
 // would give it: a reply is per command in a pipeline, so one call's
@@ -65,7 +65,7 @@ type protectionScript struct {
 	script  *goredis.Script
 	timeout time.Duration
 	// batcher is nil when calls are not batched (ProtectionOptions.Unbatched).
-	batcher *groupcommit.Batcher[scriptRun]
+	batcher *batch.Batcher[scriptRun]
 	// combine, when set, says the script takes several runs of one group
 	// (one subscription with the same limits) in one call and answers one
 	// reply per run: it returns the call's KEYS and ARGV for runs, in
@@ -91,7 +91,7 @@ type scriptRun struct {
 func newProtectionScript(client goredis.UniversalClient, script *goredis.Script, timeout time.Duration, unbatched bool, linger time.Duration) *protectionScript {
 	s := &protectionScript{client: client, script: script, timeout: timeout}
 	if !unbatched {
-		s.batcher = groupcommit.New(s.write, groupcommit.Limits[scriptRun]{
+		s.batcher = batch.New(s.write, batch.Limits[scriptRun]{
 			MaxItems: protectionMaxBatch,
 			Writers:  protectionWriters,
 			Linger:   linger,
@@ -191,7 +191,7 @@ func (s *protectionScript) answer(c scriptCall, cmd *goredis.Cmd, runs []scriptR
 	}
 }
 
-// write is the groupcommit.WriteFunc: one pipeline of EVALSHA for the
+// write is the batch.WriteFunc: one pipeline of EVALSHA for the
 // batch, then one of EVAL for the runs the server answered NOSCRIPT. ctx
 // ends when every caller gave up; the batch is also bounded by the
 // Timeout each call had on its own.

@@ -5,7 +5,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 )
 
 // Limits of one group commit of Publish calls: up to maxPublishCalls calls
@@ -18,22 +18,22 @@ const (
 )
 
 // publisher returns the group commit of Publish calls to the stream at key.
-func (q *Queue) publisher(key string) *groupcommit.Batcher[[]string] {
+func (q *Queue) publisher(key string) *batch.Batcher[[]string] {
 	if b, ok := q.publishers.Load(key); ok {
-		return b.(*groupcommit.Batcher[[]string])
+		return b.(*batch.Batcher[[]string])
 	}
-	b := groupcommit.New(func(ctx context.Context, calls [][]string, errs []error) {
+	b := batch.New(func(ctx context.Context, calls [][]string, errs []error) {
 		q.publishBatch(ctx, key, calls, errs)
-	}, groupcommit.Limits[[]string]{
+	}, batch.Limits[[]string]{
 		MaxItems:  maxPublishCalls,
 		MaxWeight: maxPublishEntries,
 		Weigh:     func(bodies []string) int { return len(bodies) },
 	})
 	actual, _ := q.publishers.LoadOrStore(key, b)
-	return actual.(*groupcommit.Batcher[[]string])
+	return actual.(*batch.Batcher[[]string])
 }
 
-// publishBatch is the groupcommit.WriteFunc of Publish: the bodies of every
+// publishBatch is the batch.WriteFunc of Publish: the bodies of every
 // call, in call order, as XADDs to key in one pipeline. Each XADD has its
 // own reply, so a call fails only if one of its own entries was not
 // appended; a broken connection fails every call.

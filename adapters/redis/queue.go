@@ -102,7 +102,7 @@ type Queue struct {
 	cursors map[string]string
 
 	// publishers holds the group commit of Publish for each stream key
-	// (*groupcommit.Batcher[[]string]). Streams are a fixed, small set
+	// (*batch.Batcher[[]string]). Streams are a fixed, small set
 	// (events, deliveries, their partitions), so it is never pruned.
 	publishers sync.Map
 }

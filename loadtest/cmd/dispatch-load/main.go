@@ -1,13 +1,13 @@
 // Command dispatch-load measures Dispatch's throughput, latency, losses
 // and memory under load: `dispatch-load [flags]` for one run,
 // `dispatch-load bench` for the standard workloads. See package
-// bootstrap/loadtest.
+// loadtest.
 package main
 
 import (
 	"os"
 
-	"github.com/dispatch-webhooks/dispatch/bootstrap/loadtest"
+	"github.com/dispatch-webhooks/dispatch/loadtest"
 )
 
 func main() {

@@ -168,7 +168,7 @@ func TestReceiverFailsTheConfiguredShareAndSamplesVerification(t *testing.T) {
 // verifies all of them by default. "library" is the Standard Webhooks
 // library's Verify, which signatureKey replaced in the receiver.
 //
-//	go test -run '^$' -bench BenchmarkVerify ./bootstrap/loadtest/
+//	go test -run '^$' -bench BenchmarkVerify ./loadtest/
 func BenchmarkVerify(b *testing.B) {
 	secret := newSecret(b)
 	body := bytes.Repeat([]byte("x"), 1100)

@@ -1,4 +1,4 @@
-package groupcommit_test
+package batch_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 )
 
 // TestMain checks that no test leaves a goroutine behind: the batcher has
@@ -95,7 +95,7 @@ type outcome struct {
 
 // commitAsync calls Commit on a goroutine of its own and sends the outcome
 // to out.
-func commitAsync(ctx context.Context, b *groupcommit.Batcher[int], item int, out chan<- outcome) {
+func commitAsync(ctx context.Context, b *batch.Batcher[int], item int, out chan<- outcome) {
 	go func() { out <- outcome{item, b.Commit(ctx, item)} }()
 }
 
@@ -125,7 +125,7 @@ func eventually(t *testing.T, cond func() bool, what string) {
 func TestConcurrentCommitsAreAllWrittenOnce(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{MaxItems: 16})
+	b := batch.New(r.write, batch.Limits[int]{MaxItems: 16})
 	const callers, each = 64, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, callers*each)
@@ -166,7 +166,7 @@ func TestCallersArrivingDuringAWriteShareTheNext(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	r.hold()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 0, out)
 	r.waitStarted(t, "the first caller leads a batch of its own")
@@ -200,7 +200,7 @@ func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
 	// Long enough for the callers below to queue on a loaded machine; the
 	// test takes that long.
 	const linger = 2 * time.Second
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{Linger: linger})
+	b := batch.New(r.write, batch.Limits[int]{Linger: linger})
 	out := make(chan outcome, 10)
 	start := time.Now()
 	commitAsync(t.Context(), b, 0, out)
@@ -232,7 +232,7 @@ func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
 func TestLeaderLetsRunnableCallersJoin(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	r := newRecorder()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	const callers = 16
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -255,7 +255,7 @@ func TestEachCallerGetsItsOwnOutcome(t *testing.T) {
 		}
 		return nil
 	}
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	var wg sync.WaitGroup
 	for i := range 60 {
 		wg.Go(func() {
@@ -276,7 +276,7 @@ func TestLimitsCapABatch(t *testing.T) {
 	r.hold()
 	// Weights are the items themselves: 4+4 fits 10, a third 4 does not;
 	// 20 alone is over the limit but still goes, on its own.
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{MaxItems: 3, MaxWeight: 10, Weigh: func(i int) int { return i }})
+	b := batch.New(r.write, batch.Limits[int]{MaxItems: 3, MaxWeight: 10, Weigh: func(i int) int { return i }})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 1, out)
 	r.waitStarted(t, "the first batch")
@@ -297,7 +297,7 @@ func TestCancelWhileQueuedReturnsAndDropsTheItem(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	r.hold()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 0, out)
 	r.waitStarted(t, "the first batch")
@@ -321,7 +321,7 @@ func TestCancelWhileWrittenReturnsAndTheWriteGoesOn(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	r.hold()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 0, out)
 	r.waitStarted(t, "the first batch")
@@ -364,7 +364,7 @@ func TestWriteContextLivesWhileSomeoneWaits(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	r.hold()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	leaderCtx, cancelLeader := context.WithCancel(t.Context())
 	out := make(chan outcome, 10)
 	commitAsync(leaderCtx, b, 0, out)
@@ -417,12 +417,12 @@ func TestPanickingWriteFailsItsBatchAndLeavesTheBatcherUsable(t *testing.T) {
 	r := newRecorder()
 	r.hold()
 	panicky := true
-	b := groupcommit.New(func(ctx context.Context, items []int, errs []error) {
+	b := batch.New(func(ctx context.Context, items []int, errs []error) {
 		r.write(ctx, items, errs)
 		if panicky && slices.Contains(items, 2) {
 			panic("boom")
 		}
-	}, groupcommit.Limits[int]{})
+	}, batch.Limits[int]{})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 0, out)
 	r.waitStarted(t, "the first batch")
@@ -437,7 +437,7 @@ func TestPanickingWriteFailsItsBatchAndLeavesTheBatcherUsable(t *testing.T) {
 	r.release()
 	require.NoError(t, receive(t, out, "the first").err)
 	o := receive(t, out, "the follower of the batch that panicked")
-	assert.ErrorIs(t, o.err, groupcommit.ErrWritePanicked)
+	assert.ErrorIs(t, o.err, batch.ErrWritePanicked)
 	select {
 	case p := <-panicked:
 		if p == nil {
@@ -454,7 +454,7 @@ func TestPanickingWriteFailsItsBatchAndLeavesTheBatcherUsable(t *testing.T) {
 func TestCommitWithDoneContextWritesNothing(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{})
+	b := batch.New(r.write, batch.Limits[int]{})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	assert.ErrorIs(t, b.Commit(ctx, 1), context.Canceled)
@@ -464,11 +464,11 @@ func TestCommitWithDoneContextWritesNothing(t *testing.T) {
 func TestWholeBatchError(t *testing.T) {
 	t.Parallel()
 	broken := errors.New("connection reset")
-	b := groupcommit.New(func(_ context.Context, items []int, errs []error) {
+	b := batch.New(func(_ context.Context, items []int, errs []error) {
 		for i := range errs {
 			errs[i] = broken
 		}
-	}, groupcommit.Limits[int]{})
+	}, batch.Limits[int]{})
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() { assert.ErrorIs(t, b.Commit(t.Context(), i), broken) })
@@ -483,7 +483,7 @@ func TestWritersWriteBatchesAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	r.hold()
-	b := groupcommit.New(r.write, groupcommit.Limits[int]{Writers: 2})
+	b := batch.New(r.write, batch.Limits[int]{Writers: 2})
 	out := make(chan outcome, 10)
 	commitAsync(t.Context(), b, 0, out)
 	r.waitStarted(t, "the first caller leads a batch of its own")
@@ -516,14 +516,14 @@ func TestConcurrentCommitsWithWritersAreAllWrittenOnce(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	var inFlight, most atomic.Int64
-	b := groupcommit.New(func(ctx context.Context, items []int, errs []error) {
+	b := batch.New(func(ctx context.Context, items []int, errs []error) {
 		n := inFlight.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		time.Sleep(50 * time.Microsecond)
 		r.write(ctx, items, errs)
 		inFlight.Add(-1)
-	}, groupcommit.Limits[int]{MaxItems: 16, Writers: 3})
+	}, batch.Limits[int]{MaxItems: 16, Writers: 3})
 	const callers, each = 64, 50
 	var wg sync.WaitGroup
 	for c := range callers {

@@ -1,4 +1,4 @@
-// Package groupcommit gathers concurrent calls into batches, so that many
+// Package batch gathers concurrent calls into batches, so that many
 // callers share one round trip and one commit (group commit): the way
 // PostgreSQL's own WAL flush and Redis pipelines amortise a per-request cost
 // that would otherwise cap throughput. Each caller still returns only once
@@ -18,7 +18,7 @@
 //
 // Rule of dependency: standard library only. The adapters that batch writes
 // (postgres, redis) import it; it knows nothing about what they write.
-package groupcommit
+package batch
 
 import (
 	"context"

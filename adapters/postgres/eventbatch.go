@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/groupcommit"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/sqlcgen"
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/internal/batch"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -58,8 +58,8 @@ type fanOutcome struct {
 // newEventBatcher returns the group commit of events without an idempotency
 // key: concurrent calls share one multi-row INSERT, so one round trip and
 // one commit, instead of paying ~57 µs of commit each.
-func (s *Store) newEventBatcher(writers int) *groupcommit.Batcher[newEvent] {
-	return groupcommit.New(s.insertEvents, groupcommit.Limits[newEvent]{
+func (s *Store) newEventBatcher(writers int) *batch.Batcher[newEvent] {
+	return batch.New(s.insertEvents, batch.Limits[newEvent]{
 		MaxItems:  maxEventBatch,
 		MaxWeight: maxEventBatchBytes,
 		Weigh:     eventRowSize,
@@ -73,7 +73,7 @@ func eventRowSize(n newEvent) int {
 	return len(e.ID) + len(e.Type) + len(e.Source) + len(e.Data) + len(e.OrderingKey) + 16
 }
 
-// insertEvents is the groupcommit.WriteFunc of events: the whole batch,
+// insertEvents is the batch.WriteFunc of events: the whole batch,
 // with the deliveries of the events fanned out inline, in one statement
 // (InsertEventsFannedOut), which commits every row or none.
 //
