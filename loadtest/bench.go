@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,11 +29,6 @@ type BenchOptions struct {
 	Base Config
 	// Command is the command line, quoted in the summary.
 	Command string
-	// Gauge, when set, measures how fast the machine is (MeasureMachine)
-	// just before the first run and just after the last; the summary
-	// quotes both, since the machine's speed drifts by more than most
-	// changes to Dispatch make.
-	Gauge func(ctx context.Context) ([]Limit, error)
 	// Progress and Stderr are as in Options; Log receives a line per run.
 	Progress, Stderr, Log io.Writer
 }
@@ -152,19 +146,6 @@ func Bench(ctx context.Context, opts BenchOptions) error {
 	}
 	results := make([][]*Report, len(cases))
 	var failures []error
-	var gauges sitting
-	gauge := func(when string) []Limit {
-		if opts.Gauge == nil {
-			return nil
-		}
-		fmt.Fprintf(opts.Log, "measuring the machine %s…\n", when)
-		l, err := opts.Gauge(ctx)
-		if err != nil {
-			failures = append(failures, fmt.Errorf("machine probes %s: %w", when, err))
-		}
-		return l
-	}
-	gauges.before = gauge("before the first run")
 	for _, step := range benchSchedule(cases, opts.Runs) {
 		c, run := cases[step.c], step.run
 		if ctx.Err() != nil {
@@ -189,13 +170,12 @@ func Bench(ctx context.Context, opts BenchOptions) error {
 		_, _ = opts.Log.Write(md.Bytes())
 		fmt.Fprintln(opts.Log)
 	}
-	gauges.after = gauge("after the last run")
 	summary, err := os.Create(filepath.Join(opts.Out, "summary.md"))
 	if err != nil {
 		return errors.Join(append(failures, err)...)
 	}
 	defer summary.Close()
-	if err := writeSummary(summary, opts, cases, results, gauges); err != nil {
+	if err := writeSummary(summary, opts, cases, results); err != nil {
 		failures = append(failures, err)
 	}
 	return errors.Join(failures...)
@@ -222,12 +202,8 @@ func WriteFiles(r *Report, jsonPath, mdPath, pngPath string) error {
 	return errors.Join(write(jsonPath, r.WriteJSON), write(mdPath, r.WriteMarkdown), write(pngPath, r.WritePNG))
 }
 
-// sitting is how fast the machine was around a bench (BenchOptions.Gauge).
-type sitting struct{ before, after []Limit }
-
-// writeSummary writes the median of each figure over a case's runs, and
-// the machine's speed before and after them.
-func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][]*Report, gauges sitting) error {
+// writeSummary writes the median of each figure over a case's runs.
+func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][]*Report) error {
 	var b strings.Builder
 	m := thisMachine()
 	fmt.Fprintf(&b, "# dispatch-load bench: medians of %d run(s)\n\n", opts.Runs)
@@ -301,46 +277,8 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 	b.WriteString("Deliveries/s is deliveries over the time from the first publish to the last delivery; sustained is the median of the full seconds with deliveries. ")
 	b.WriteString("CPU cores: how busy the whole machine was while each run measured, and how much of that was neither dispatch-load, its workers, its PostgreSQL backends nor Redis (other work on the machine skews every figure). ")
 	b.WriteString("Verdict: the medians held to the target (losses and peak RSS: the worst run); a target not met shows, for each condition it missed, the share of its bound reached.\n")
-	writeSitting(&b, gauges)
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// writeSitting writes the machine's figures before and after the runs, by
-// probe; a probe missing on one side (it failed) shows "–".
-func writeSitting(b *strings.Builder, gauges sitting) {
-	if len(gauges.before) == 0 && len(gauges.after) == 0 {
-		return
-	}
-	b.WriteString("\n## The machine in this sitting\n\n")
-	b.WriteString("The probes of the machine and PostgreSQL of `dispatch-load limits`, just before the first run and just after the last. ")
-	b.WriteString("This machine's speed drifts by more than most changes make: compare two benches only together with these. ")
-	b.WriteString("In brackets, what one operation cost the whole machine, every core together.\n\n")
-	b.WriteString("| probe | before | after | setup |\n|---|---:|---:|---|\n")
-	figure := func(l *Limit) string {
-		if l == nil {
-			return "–"
-		}
-		return fmt.Sprintf("%s (%.1f µs)", thousands(int64(l.Rate()+0.5)), float64(l.MachineTime())/float64(time.Microsecond))
-	}
-	row := func(before, after *Limit) {
-		l := cmp.Or(before, after)
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", l.Name, figure(before), figure(after), l.Notes)
-	}
-	after := map[string]*Limit{}
-	for i := range gauges.after {
-		after[gauges.after[i].Name] = &gauges.after[i]
-	}
-	for i := range gauges.before {
-		l := &gauges.before[i]
-		row(l, after[l.Name])
-		delete(after, l.Name)
-	}
-	for i := range gauges.after { // probes that failed before the runs
-		if l := &gauges.after[i]; after[l.Name] != nil {
-			row(nil, l)
-		}
-	}
 }
 
 // workerRSS is the largest peak RSS of the run's worker processes; 0

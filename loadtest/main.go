@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 )
 
 const usage = `dispatch-load measures Dispatch: events accepted/s, deliveries/s,
@@ -20,7 +19,6 @@ Usage:
   dispatch-load [flags]                    one run (default: 1,000 events, 1 subscription)
   dispatch-load --workload W3 [flags]      one standard workload; flags given override it
   dispatch-load bench [bench flags]        every standard workload, 3 runs each, into results/
-  dispatch-load limits [limits flags]      what loopback HTTP, PostgreSQL, Redis, the store and the OS's hand-offs manage alone, and the ceilings that sets
 
 Without --target it starts Dispatch itself: a fresh database on the
 PostgreSQL server of --database-url (dropped at the end), a Redis key prefix
@@ -38,9 +36,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if len(args) > 0 && args[0] == "bench" {
 		return benchMain(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "limits" {
-		return limitsMain(ctx, args[1:], stdout, stderr)
 	}
 	return runMain(ctx, args, stdout, stderr)
 }
@@ -185,22 +180,11 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&opts.Base.RedisURL, "redis-url", opts.Base.RedisURL, "Redis for the runs ($REDIS_URL)")
 	fs.StringVar(&opts.Base.DispatchBin, "dispatch-bin", "", "dispatch binary for worker processes (default: go build it once)")
 	fs.StringVar(&opts.Base.LogLevel, "log-level", opts.Base.LogLevel, "log level of the Dispatch roles started")
-	machineProbe := 3 * time.Second
-	fs.DurationVar(&machineProbe, "machine-probe", machineProbe, "how long each of the probes of the machine and PostgreSQL of 'limits' runs before the first run and after the last, for the summary (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
-	}
-	if machineProbe < 0 {
-		fmt.Fprintln(stderr, "dispatch-load bench: --machine-probe must not be negative")
-		return 2
-	}
-	if machineProbe > 0 {
-		machine := defaultLimits(opts.Base) // after Parse: --database-url
-		machine.Duration = machineProbe
-		opts.Gauge = func(ctx context.Context) ([]Limit, error) { return MeasureMachine(ctx, machine) }
 	}
 	if only != "" {
 		opts.Only = strings.Split(only, ",")

@@ -67,18 +67,6 @@ func (l *acceptedLog) get(id string) (time.Time, bool) {
 	return at, ok
 }
 
-// each calls fn for every accepted event.
-func (l *acceptedLog) each(fn func(id string, at time.Time)) {
-	for i := range l.shards {
-		s := &l.shards[i]
-		s.mu.Lock()
-		for id, at := range s.at {
-			fn(id, at)
-		}
-		s.mu.Unlock()
-	}
-}
-
 // bootstrapDefaultTimeout is Dispatch's default subscription timeout, which
 // a hanging endpoint outlasts when the run sets none.
 const bootstrapDefaultTimeout = 10 * time.Second

@@ -120,7 +120,7 @@ func TestSummaryGivesEachCaseItsVerdict(t *testing.T) {
 	results := [][]*Report{{run(9_000), run(10_000)}, {run(8_000), run(7_000)}}
 	for _, quick := range []bool{false, true} {
 		var b strings.Builder
-		if err := writeSummary(&b, BenchOptions{Runs: 2, Quick: quick}, cases, results, sitting{}); err != nil {
+		if err := writeSummary(&b, BenchOptions{Runs: 2, Quick: quick}, cases, results); err != nil {
 			t.Fatal(err)
 		}
 		if quick {
