@@ -118,7 +118,9 @@ func TestConsumerDropsMalformedEntries(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
 	if len(handled) != 2 || len(malformed) != 2 {
 		t.Errorf("handled %v, dropped %v; want 2 good handled, 2 malformed dropped", handled, malformed)
 	}

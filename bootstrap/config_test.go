@@ -114,19 +114,6 @@ func TestProtectionLeaseConfig(t *testing.T) {
 		func(c bootstrap.Config) time.Duration { return c.ProtectionLease })
 }
 
-// testBoolSetting checks a boolean setting read from env and from the
-// flag named flagName, the flag winning, and that a value that is no
-// boolean is refused with the variable named.
-func testBoolSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) bool) {
-	t.Helper()
-	testSetting(t, env, get, []settingCase[bool]{
-		{"false", nil, false},
-		{"true", nil, true},
-		{"true", []string{"--" + flagName + "=false"}, false},
-		{"false", []string{"--" + flagName}, true},
-	}, map[string]string{"sometimes": "$" + env})
-}
-
 func TestMaxBodyBytesConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().MaxBodyBytes; got != 1<<20 {
 		t.Errorf("default = %d, want 1048576", got)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +83,11 @@ func dispatchBinary(t *testing.T) string {
 			return
 		}
 		binaryPath = filepath.Join(dir, "dispatch")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			binaryErr = err
+			return
+		}
 		out, err := exec.Command(gobin, "build", "-o", binaryPath, "./cmd/dispatch").CombinedOutput()
 		if err != nil {
 			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)

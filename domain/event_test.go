@@ -233,9 +233,10 @@ func isCompactJSONByByte(d []byte) bool {
 		c := d[i]
 		switch {
 		case inString:
-			if c == '\\' {
+			switch c {
+			case '\\':
 				i++
-			} else if c == '"' {
+			case '"':
 				inString = false
 			}
 		case c == '"':

@@ -124,7 +124,7 @@ func referenceFieldValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		inner := i > 0 && i < len(v)-1
-		if !vchar(c) && !(inner && (c == ' ' || c == '\t')) {
+		if !vchar(c) && (!inner || c != ' ' && c != '\t') {
 			return false
 		}
 	}

@@ -340,8 +340,8 @@ func TestSecretNeverPrinted(t *testing.T) {
 	raw, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(vectorSecret, "whsec_"))
 	leaks := []string{
 		strings.TrimPrefix(vectorSecret, "whsec_"),
-		fmt.Sprintf("%x", raw), fmt.Sprintf("%X", raw), fmt.Sprint(raw), fmt.Sprintf("%d", raw[:4]),
-		strings.Trim(fmt.Sprint(raw[:4]), "[]"), string(raw[:6]),
+		fmt.Sprintf("%x", raw), fmt.Sprintf("%X", raw), fmt.Sprintf("%v", raw), fmt.Sprintf("%d", raw[:4]),
+		strings.Trim(fmt.Sprintf("%v", raw[:4]), "[]"), string(raw[:6]),
 	}
 	for _, out := range printed {
 		for _, leak := range leaks {

@@ -174,8 +174,10 @@ func Bench(ctx context.Context, opts BenchOptions) error {
 	if err != nil {
 		return errors.Join(append(failures, err)...)
 	}
-	defer summary.Close()
 	if err := writeSummary(summary, opts, cases, results); err != nil {
+		failures = append(failures, err)
+	}
+	if err := summary.Close(); err != nil {
 		failures = append(failures, err)
 	}
 	return errors.Join(failures...)

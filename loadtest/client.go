@@ -127,7 +127,7 @@ func (c *clientAPI) DeleteSubscription(ctx context.Context, id string) error {
 // the machine with what it measures, and decoding the echoed data into
 // maps cost it as much CPU as building the request.
 func (c *clientAPI) Publish(ctx context.Context, body []byte) (string, error) {
-	res, err := c.api.ClientInterface.PublishEventWithBody(ctx, nil, "application/json", bytes.NewReader(body))
+	res, err := c.api.PublishEventWithBody(ctx, nil, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}

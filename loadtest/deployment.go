@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -355,7 +354,7 @@ func BuildDispatch(ctx context.Context) (path string, remove func(), err error) 
 	remove = func() { _ = os.RemoveAll(dir) }
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", nil, fmt.Errorf("build dispatch: %w", err)
 	}
 	path = filepath.Join(dir, "dispatch")
 	out, err := exec.CommandContext(ctx, gobin, "build", "-o", path, DispatchPackage).CombinedOutput()
@@ -421,8 +420,8 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find a free port: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	addr := ln.Addr().String()
+	return addr, ln.Close()
 }
 
 func randomHex(n int) string {

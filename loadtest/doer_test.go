@@ -22,14 +22,14 @@ func TestKeepAliveDoerReusesConnections(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		switch r.URL.Path {
 		case "/chunked":
-			w.Write([]byte("part one, "))
+			_, _ = w.Write([]byte("part one, "))
 			w.(http.Flusher).Flush() // forces chunked encoding
-			w.Write([]byte("part two"))
+			_, _ = w.Write([]byte("part two"))
 		case "/close":
 			w.Header().Set("Connection", "close")
-			w.Write(body)
+			_, _ = w.Write(body)
 		default:
-			w.Write(body)
+			_, _ = w.Write(body)
 		}
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -122,7 +122,7 @@ func TestKeepAliveDoerWritesRequestsAsNetHTTPDoes(t *testing.T) {
 		w.Header().Add("X-Seen", fmt.Sprintf("length %d %q", r.ContentLength, r.TransferEncoding))
 		w.Header().Add("X-Seen", "key "+r.Header.Get("Idempotency-Key")+", agent "+r.UserAgent())
 		w.WriteHeader(http.StatusAccepted)
-		w.Write(body)
+		_, _ = w.Write(body)
 	}))
 	defer srv.Close()
 	d := newKeepAliveDoer(strings.TrimPrefix(srv.URL, "http://"), 5*time.Second)

@@ -146,7 +146,11 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
 			return 1
 		}
-		defer f.Close()
+		defer func() {
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(stderr, "dispatch-load: %v\n", err)
+			}
+		}()
 		*profile.to = f
 	}
 	r, err := Run(ctx, cfg, opts)

@@ -93,7 +93,7 @@ type pair struct {
 type behaviour int
 
 const (
-	healthy behaviour = iota
+	_ behaviour = iota // healthy: answers 2xx at once
 	// failing answers every request 500.
 	failing
 	// hanging answers no request: it holds each until the subscription's

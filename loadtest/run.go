@@ -144,7 +144,7 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		}
 		cleanCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		forEachConcurrently(len(subIDs), cfg.Publishers, func(i int) error {
+		_ = forEachConcurrently(len(subIDs), cfg.Publishers, func(i int) error {
 			_ = api.DeleteSubscription(cleanCtx, subIDs[i])
 			return nil
 		})

@@ -121,10 +121,6 @@ type publishOutput struct {
 	Body     Event
 }
 
-type eventIDInput struct {
-	ID string `path:"id" maxLength:"64" doc:"Event id."`
-}
-
 type getEventInput struct {
 	ID     string `path:"id" maxLength:"64" doc:"Event id."`
 	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Deliveries per page."`

@@ -523,7 +523,7 @@ func skipString(b []byte, i int) (int, bool) {
 					return 0, false
 				}
 				for _, h := range b[j+1 : j+5] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+					if (h < '0' || h > '9') && (h < 'a' || h > 'f') && (h < 'A' || h > 'F') {
 						return 0, false
 					}
 				}

@@ -29,7 +29,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	defer own.Close()
 	db := stdlib.OpenDBFromPool(own)
-	defer db.Close()
+	defer func() { _ = db.Close() }() // the pool it wraps closes above
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return fmt.Errorf("migrate: session lock: %w", err)
