@@ -106,14 +106,6 @@ func TestWorkerReadWaitConfig(t *testing.T) {
 		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
 }
 
-func TestProtectionLeaseConfig(t *testing.T) {
-	if got := bootstrap.DefaultConfig().ProtectionLease; got != bootstrap.DefaultProtectionLease || got <= 0 {
-		t.Errorf("default = %s, want DefaultProtectionLease (%s), above 0", got, bootstrap.DefaultProtectionLease)
-	}
-	testZeroToASecondSetting(t, "DISPATCH_PROTECTION_LEASE", "protection-lease",
-		func(c bootstrap.Config) time.Duration { return c.ProtectionLease })
-}
-
 // testBoolSetting checks a boolean setting read from env and from the
 // flag named flagName, the flag winning, and that a value that is no
 // boolean is refused with the variable named.

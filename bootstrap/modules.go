@@ -206,7 +206,7 @@ type protections struct {
 	Protection ports.Protection
 }
 
-func newProtections(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
+func newProtections(client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
 	ports.Breakers, ports.RateLimiter, ports.Semaphore, ports.Protection,
 ) {
 	semaphore := redis.NewFallbackSemaphore(
@@ -219,15 +219,7 @@ func newProtections(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config,
 			},
 			OnRecover: func() { log.Info("Redis semaphore reachable again") },
 		})
-	exact := redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
-	var protection ports.Protection = exact
-	if cfg.ProtectionLease > 0 {
-		leased := redis.NewLeasedProtection(exact, redis.LeaseOptions{Window: cfg.ProtectionLease})
-		// Stopped after the roles that use it (fx stops in reverse), so
-		// the slots their last deliveries gave back go back to Redis too.
-		lc.Append(fx.StopHook(leased.Close))
-		protection = leased
-	}
+	protection := redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
 	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore, protection
 }
 

@@ -338,3 +338,14 @@ func (p *Protection) failed(parent context.Context) {
 	}
 	p.restUntil.Store(p.opts.Now().Add(p.opts.RetryInterval).UnixNano())
 }
+
+// checkAdmission is Admit's check of its arguments, Protection's.
+func checkAdmission(req ports.Admission) error {
+	if req.PerSecond < 1 {
+		return fmt.Errorf("redis protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
+	}
+	if err := checkSemaphoreArgs(req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease); err != nil {
+		return fmt.Errorf("redis protection: %w", err)
+	}
+	return nil
+}
