@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/danielgtaylor/huma/v2 v2.37.2
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oapi-codegen/runtime v1.8.0
 	github.com/pressly/goose/v3 v3.26.0

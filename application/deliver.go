@@ -34,17 +34,15 @@ type Deliver struct {
 	Sender        ports.Sender
 	Queue         ports.Queue
 	Clock         ports.Clock
-	// Breakers, Limiter and Semaphore protect endpoints; a nil one is
-	// skipped.
-	Breakers  ports.Breakers
-	Limiter   ports.RateLimiter
-	Semaphore ports.Semaphore
-	// Protection, when set, asks all three at once (and gives the slot
-	// back and records the result at once), sharing their state: fewer
-	// round trips per delivery. When it fails, the delivery is protected by
-	// Breakers, Limiter and Semaphore one by one instead, so those must be
-	// set too.
+	// Protection protects endpoints (circuit breaker, rate limit,
+	// concurrency cap), shared by every worker; nil protects nothing.
 	Protection ports.Protection
+	// Local, when set, protects a delivery whose Protection failed, from
+	// within this process only (reported in Attempted.Degraded): an
+	// unreachable shared store must neither stop deliveries nor let them
+	// all through unprotected. Without it such a delivery goes ahead
+	// unprotected.
+	Local ports.Protection
 	// Breaker configures every subscription's circuit breaker.
 	Breaker domain.BreakerConfig
 	// Random returns a number in [0, 1) for retry jitter.
@@ -94,8 +92,9 @@ type Attempted struct {
 	Breaker *domain.Breaker
 	// EventCreatedAt is when the event was accepted, for end-to-end latency.
 	EventCreatedAt time.Time
-	// Degraded reports a protection that failed open (its store was
-	// unreachable, so the request went ahead unprotected by it).
+	// Degraded reports that Protection failed (its store was unreachable),
+	// so the request was protected by Local only, or, without Local, not
+	// at all.
 	Degraded error
 }
 
@@ -147,7 +146,7 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 		until := uc.overShare.turn(sub.ID, now.Add(uc.slotWait()), now, every)
 		return uc.postponed(keep, &slot, report, d, until, domain.ReasonThrottled, now)
 	}
-	until, reason, pass, degraded := uc.protect(keep, d, sub, now)
+	until, reason, by, degraded := uc.protect(keep, d, sub, now)
 	report.Degraded = degraded
 	switch reason {
 	case "":
@@ -175,7 +174,7 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 
 	// Only failures that say the endpoint is unwell count against it; a
 	// 4xx is an answer from a healthy endpoint.
-	state, recorded, err := uc.finish(keep, pass, sub.ID, d.ID, out.Kind != domain.OutcomeRetryable, finished)
+	state, recorded, err := uc.finish(keep, by, sub.ID, d.ID, out.Kind != domain.OutcomeRetryable, finished)
 	if err != nil {
 		report.Degraded = errors.Join(report.Degraded, fmt.Errorf("record breaker outcome: %w", err))
 	} else if recorded {
@@ -281,84 +280,43 @@ func (s *requestSlot) release() {
 	}
 }
 
-// passed says how a request got through the protections, so that its
-// end is told to the same ones.
-type passed int
-
-const (
-	// passedAlone: one by one (or with none configured); a slot, if the
-	// semaphore gave one, goes back through Semaphore.
-	passedAlone passed = iota
-	// passedAloneWithSlot: one by one, holding a Semaphore slot.
-	passedAloneWithSlot
-	// passedTogether: through Protection, which also ends it.
-	passedTogether
-)
-
 // reasonNoSlot is protect's reason when every concurrency slot was taken:
 // Handle then postpones the delivery by slotWait, as throttled.
 const reasonNoSlot = "no slot"
 
-// protect asks the breaker, the rate limiter and the semaphore, in that
-// order, whether a request may go to sub now: all at once through
-// Protection when it is set and answers, one by one otherwise. When one
-// says no it returns the reason and when to try again. A protection whose
-// store fails lets the request through (fail open) and is reported as
-// degraded: an unreachable Redis must not stop deliveries.
+// protect asks Protection whether a request may go to sub now (the
+// breaker, the rate limit and the concurrency cap, in that order), or
+// Local when Protection fails. When one says no it returns the reason and
+// when to try again; otherwise by is the protection that let the request
+// through, nil for none, which finish must be given. A failing Protection
+// is reported as degraded.
 func (uc *Deliver) protect(ctx context.Context, d domain.Delivery, sub domain.Subscription, now time.Time) (
-	until time.Time, reason string, pass passed, degraded error,
+	until time.Time, reason string, by ports.Protection, degraded error,
 ) {
-	if uc.Protection != nil {
-		res, err := uc.Protection.Admit(ctx, ports.Admission{
-			SubscriptionID: sub.ID, Holder: d.ID, Breaker: uc.Breaker, Now: now,
-			PerSecond: sub.RateLimit, MaxInFlight: sub.MaxInFlight, Lease: sub.Timeout + leaseMargin,
-		})
-		if err == nil {
-			switch res.Refused {
-			case ports.RefusedByBreaker:
-				return res.RetryAt, domain.ReasonCircuitOpen, passedAlone, nil
-			case ports.RefusedByRateLimit:
-				return now.Add(res.RetryAfter), domain.ReasonThrottled, passedAlone, nil
-			case ports.RefusedBySemaphore:
-				return time.Time{}, reasonNoSlot, passedAlone, nil
-			}
-			return time.Time{}, "", passedTogether, nil
-		}
-		// Ask them one by one: their failures are reported there, and the
-		// semaphore falls back to a local one. A failure here alone (the
-		// others answered) left the request protected.
+	req := ports.Admission{
+		SubscriptionID: sub.ID, Holder: d.ID, Breaker: uc.Breaker, Now: now,
+		PerSecond: sub.RateLimit, MaxInFlight: sub.MaxInFlight, Lease: sub.Timeout + leaseMargin,
 	}
-	pass = passedAlone
-	if uc.Breakers != nil {
-		allowed, retryAt, err := uc.Breakers.Allow(ctx, sub.ID, uc.Breaker, now)
-		switch {
-		case err != nil:
-			degraded = errors.Join(degraded, fmt.Errorf("circuit breaker: %w", err))
-		case !allowed:
-			return retryAt, domain.ReasonCircuitOpen, pass, degraded
+	for _, p := range []ports.Protection{uc.Protection, uc.Local} {
+		if p == nil {
+			continue
 		}
-	}
-	if uc.Limiter != nil {
-		allowed, wait, err := uc.Limiter.Take(ctx, sub.ID, sub.RateLimit)
-		switch {
-		case err != nil:
-			degraded = errors.Join(degraded, fmt.Errorf("rate limit: %w", err))
-		case !allowed:
-			return now.Add(wait), domain.ReasonThrottled, pass, degraded
+		res, err := p.Admit(ctx, req)
+		if err != nil {
+			degraded = errors.Join(degraded, fmt.Errorf("protection: %w", err))
+			continue
 		}
-	}
-	if uc.Semaphore != nil {
-		ok, err := uc.Semaphore.TryAcquire(ctx, sub.ID, d.ID, sub.MaxInFlight, sub.Timeout+leaseMargin)
-		switch {
-		case err != nil:
-			degraded = errors.Join(degraded, fmt.Errorf("concurrency cap: %w", err))
-		case !ok:
-			return time.Time{}, reasonNoSlot, pass, degraded
-		default:
-			pass = passedAloneWithSlot
+		switch res.Refused {
+		case ports.RefusedByBreaker:
+			return res.RetryAt, domain.ReasonCircuitOpen, nil, degraded
+		case ports.RefusedByRateLimit:
+			return now.Add(res.RetryAfter), domain.ReasonThrottled, nil, degraded
+		case ports.RefusedBySemaphore:
+			return time.Time{}, reasonNoSlot, nil, degraded
 		}
+		return time.Time{}, "", p, degraded
 	}
-	return time.Time{}, "", pass, degraded
+	return time.Time{}, "", nil, degraded
 }
 
 // slotWait is how long to postpone a delivery that found no slot:
@@ -368,24 +326,17 @@ func (uc *Deliver) slotWait() time.Duration {
 	return slotWait + time.Duration(uc.Random()*float64(slotWait))
 }
 
-// finish ends a request that passed the protections: it gives the slot
-// back and records the result on the breaker, through whatever let it
-// pass. recorded is false when no breaker is configured. A slot whose
-// release is lost comes back when its lease ends.
-func (uc *Deliver) finish(ctx context.Context, pass passed, subscriptionID, holder string, success bool, now time.Time) (
+// finish ends a request that by (protect's answer) let through: it gives
+// the slot back and records the result on the breaker. recorded is false
+// when no protection let it through. A slot whose Finish is lost comes
+// back when its lease ends.
+func (uc *Deliver) finish(ctx context.Context, by ports.Protection, subscriptionID, holder string, success bool, now time.Time) (
 	state domain.Breaker, recorded bool, err error,
 ) {
-	if pass == passedTogether {
-		state, err := uc.Protection.Finish(ctx, subscriptionID, holder, uc.Breaker, success, now)
-		return state, err == nil, err
-	}
-	if pass == passedAloneWithSlot {
-		_ = uc.Semaphore.Release(ctx, subscriptionID, holder)
-	}
-	if uc.Breakers == nil {
+	if by == nil {
 		return domain.Breaker{}, false, nil
 	}
-	state, err = uc.Breakers.Record(ctx, subscriptionID, uc.Breaker, success, now)
+	state, err = by.Finish(ctx, subscriptionID, holder, uc.Breaker, success, now)
 	return state, err == nil, err
 }
 

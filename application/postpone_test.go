@@ -2,6 +2,7 @@ package application_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // refuses are postponed at once, without an attempt and holding nothing
 // of the worker, each due at its turn at the limit's pace: the first when
 // the limit's next request comes, the next one interval later; whether
-// the protections are asked one by one or together.
+// the shared protection refuses or, when it fails, the local one.
 func TestAThrottledDeliveryIsPostponedToItsTurn(t *testing.T) {
 	t.Parallel()
 	const throttle = 5 * time.Millisecond
@@ -22,10 +23,10 @@ func TestAThrottledDeliveryIsPostponedToItsTurn(t *testing.T) {
 		name    string
 		protect func(*pipeline)
 	}{
-		{"separate ports", func(p *pipeline) { protected(p, &gate{throttle: throttle}) }},
-		{"combined protection", func(p *pipeline) {
-			protected(p, &gate{})
-			p.deliver.Protection = &together{admit: ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: throttle}}
+		{"shared", func(p *pipeline) { protected(p, &gate{throttle: throttle}) }},
+		{"local", func(p *pipeline) {
+			protected(p, &gate{throttle: throttle})
+			p.deliver.Protection, p.deliver.Local = &together{admitErr: errors.New("redis: connection refused")}, p.deliver.Protection
 		}},
 	}
 	for _, tt := range tests {

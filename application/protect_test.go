@@ -11,15 +11,17 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-// gate is a breaker, limiter and semaphore in one, each answer scripted.
+// gate is a ports.Protection whose breaker, rate limit and slots each
+// answer as scripted.
 type gate struct {
 	mu          sync.Mutex
 	breakerOpen bool
-	breakerErr  error
-	recorded    []bool
-	throttle    time.Duration
-	// throttleFirst, when above 0, is how many Takes throttle before the
-	// rest pass; takes counts them.
+	// err fails every Admit and Finish, as an unreachable store would.
+	err      error
+	recorded []bool
+	throttle time.Duration
+	// throttleFirst, when above 0, is how many Admits past the breaker
+	// throttle before the rest pass; takes counts them.
 	throttleFirst, takes int
 	full                 bool
 	// limit, when above 0, is how many slots there are.
@@ -29,53 +31,44 @@ type gate struct {
 	released []string
 }
 
-func (g *gate) Allow(_ context.Context, _ string, _ domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
+func (g *gate) Admit(_ context.Context, req ports.Admission) (ports.Admitted, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.breakerOpen, now.Add(30 * time.Second), g.breakerErr
-}
-
-func (g *gate) Record(_ context.Context, _ string, _ domain.BreakerConfig, success bool, _ time.Time) (domain.Breaker, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.recorded = append(g.recorded, success)
-	return domain.Breaker{Phase: domain.BreakerClosed}, g.breakerErr
-}
-
-func (g *gate) Take(context.Context, string, int) (bool, time.Duration, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.takes++
-	if g.throttle == 0 || g.throttleFirst > 0 && g.takes > g.throttleFirst {
-		return true, 0, nil
+	if g.err != nil {
+		return ports.Admitted{}, g.err
 	}
-	return false, g.throttle, nil
-}
-
-func (g *gate) TryAcquire(_ context.Context, _, holder string, _ int, _ time.Duration) (bool, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	if g.breakerOpen {
+		return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: req.Now.Add(30 * time.Second)}, nil
+	}
+	g.takes++
+	if g.throttle != 0 && (g.throttleFirst == 0 || g.takes <= g.throttleFirst) {
+		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: g.throttle}, nil
+	}
 	if g.full || g.limit > 0 && len(g.held) >= g.limit {
 		g.refused++
-		return false, nil
+		return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
 	}
 	if g.held == nil {
 		g.held = map[string]bool{}
 	}
-	g.held[holder] = true
-	return true, nil
+	g.held[req.Holder] = true
+	return ports.Admitted{}, nil
 }
 
-func (g *gate) Release(_ context.Context, _, holder string) error {
+func (g *gate) Finish(_ context.Context, _, holder string, _ domain.BreakerConfig, success bool, _ time.Time) (domain.Breaker, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.err != nil {
+		return domain.Breaker{}, g.err
+	}
 	delete(g.held, holder)
 	g.released = append(g.released, holder)
-	return nil
+	g.recorded = append(g.recorded, success)
+	return domain.Breaker{Phase: domain.BreakerClosed}, nil
 }
 
 func protected(p *pipeline, g *gate) {
-	p.deliver.Breakers, p.deliver.Limiter, p.deliver.Semaphore = g, g, g
+	p.deliver.Protection = g
 	p.deliver.Breaker = domain.DefaultBreakerConfig()
 }
 
@@ -158,10 +151,12 @@ func TestProtectionsLetAHealthyRequestThroughAndFreeTheSlot(t *testing.T) {
 	}
 }
 
-func TestABrokenBreakerStoreFailsOpen(t *testing.T) {
+// TestAFailingProtectionWithoutLocalFailsOpen: with no local protection,
+// a delivery whose Protection fails goes ahead, reported as degraded.
+func TestAFailingProtectionWithoutLocalFailsOpen(t *testing.T) {
 	t.Parallel()
 	p := newPipeline()
-	g := &gate{breakerErr: errors.New("redis: connection refused")}
+	g := &gate{err: errors.New("redis: connection refused")}
 	protected(p, g)
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
@@ -196,8 +191,8 @@ func TestARetriedDeliveryIsPostponedAsRetrying(t *testing.T) {
 	}
 }
 
-// together is a scripted ports.Protection, kept apart from the gate that
-// stands for the separate ports, to tell which path a delivery took.
+// together is a scripted ports.Protection, told apart from gate (the
+// local protection in these tests) to tell which one a delivery used.
 type together struct {
 	mu sync.Mutex
 	// admits are the first answers of Admit, in order; admit the rest.
@@ -258,7 +253,7 @@ func TestCombinedProtectionPostpones(t *testing.T) {
 			p := newPipeline()
 			g, both := &gate{}, &together{admit: tt.admit}
 			protected(p, g)
-			p.deliver.Protection = both
+			p.deliver.Protection, p.deliver.Local = both, g
 			sub := p.subscribe(t, "a")
 			_, id := p.fannedOut(t, sub)
 			now := p.clock.Now()
@@ -271,7 +266,7 @@ func TestCombinedProtectionPostpones(t *testing.T) {
 				t.Errorf("due again at +%s after %d attempts, want +%s after none", d.NextAttemptAt.Sub(now), d.Attempts, tt.after)
 			}
 			if len(both.finished) != 0 || len(g.held) != 0 || len(g.released) != 0 {
-				t.Errorf("finished %v, separate slots %v released %v; want nothing to finish", both.finished, g.held, g.released)
+				t.Errorf("finished %v, local slots %v released %v; want nothing to finish", both.finished, g.held, g.released)
 			}
 		})
 	}
@@ -282,7 +277,7 @@ func TestCombinedProtectionAdmitsAndFinishes(t *testing.T) {
 	p := newPipeline()
 	g, both := &gate{}, &together{}
 	protected(p, g)
-	p.deliver.Protection = both
+	p.deliver.Protection, p.deliver.Local = both, g
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(503)}
@@ -307,16 +302,19 @@ func TestCombinedProtectionAdmitsAndFinishes(t *testing.T) {
 		t.Error("the breaker's state after Finish is not reported")
 	}
 	if len(g.recorded) != 0 || len(g.held) != 0 || len(g.released) != 0 {
-		t.Errorf("the separate ports were used: recorded %v, held %v, released %v", g.recorded, g.held, g.released)
+		t.Errorf("the local protection was used: recorded %v, held %v, released %v", g.recorded, g.held, g.released)
 	}
 }
 
-func TestCombinedProtectionFailureFallsBackToSeparatePorts(t *testing.T) {
+// TestAFailingProtectionFallsBackToLocal: a delivery whose Protection
+// fails is protected by Local, begun and ended there, and reported as
+// degraded.
+func TestAFailingProtectionFallsBackToLocal(t *testing.T) {
 	t.Parallel()
 	p := newPipeline()
 	g, both := &gate{}, &together{admitErr: errors.New("redis: connection refused")}
 	protected(p, g)
-	p.deliver.Protection = both
+	p.deliver.Protection, p.deliver.Local = both, g
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}
@@ -324,14 +322,33 @@ func TestCombinedProtectionFailureFallsBackToSeparatePorts(t *testing.T) {
 	if err != nil || res.Delivery.Status != domain.DeliveryDelivered {
 		t.Fatalf("result = %+v, %v; want delivered", res, err)
 	}
-	if res.Degraded != nil {
-		t.Errorf("degraded %v, want none: the separate ports protected the request", res.Degraded)
+	if res.Degraded == nil {
+		t.Error("Degraded not reported")
 	}
 	if len(both.finished) != 0 {
 		t.Errorf("Finish called %v after Admit failed", both.finished)
 	}
 	if len(g.held) != 0 || len(g.released) != 1 || g.released[0] != id || len(g.recorded) != 1 || !g.recorded[0] {
-		t.Errorf("separate ports: held %v, released %v, recorded %v; want the slot released and one success recorded", g.held, g.released, g.recorded)
+		t.Errorf("local: held %v, released %v, recorded %v; want the slot released and one success recorded", g.held, g.released, g.recorded)
+	}
+}
+
+// TestLocalProtectionRefuses: Local's refusal postpones the delivery as
+// the shared one's would.
+func TestLocalProtectionRefuses(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	g, both := &gate{full: true}, &together{admitErr: errors.New("redis: connection refused")}
+	protected(p, g)
+	p.deliver.Protection, p.deliver.Local = both, g
+	sub := p.subscribe(t, "a")
+	_, id := p.fannedOut(t, sub)
+	res, err := p.handle(context.Background(), id)
+	if err != nil || !res.Skipped || res.Postponed != domain.ReasonThrottled || res.Degraded == nil {
+		t.Fatalf("result = %+v, %v; want postponed as throttled, degraded", res, err)
+	}
+	if len(p.sender.requests) != 0 {
+		t.Error("a request was sent")
 	}
 }
 
@@ -340,7 +357,7 @@ func TestCombinedProtectionFinishFailureIsDegraded(t *testing.T) {
 	p := newPipeline()
 	g, both := &gate{}, &together{finishErr: errors.New("redis: connection reset")}
 	protected(p, g)
-	p.deliver.Protection = both
+	p.deliver.Protection, p.deliver.Local = both, g
 	sub := p.subscribe(t, "a")
 	_, id := p.fannedOut(t, sub)
 	p.sender.script = []sendResult{answer(200)}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
-	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -48,12 +47,6 @@ const (
 	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
 	// delivery unread for longer than anyone would trade for CPU.
 	MaxWorkerReadWait = time.Second
-	// DefaultProtectionLease is ProtectionLease's default, and
-	// MaxProtectionLease its most: a lease's window bounds how long a
-	// worker goes on delivering to an endpoint whose circuit another worker
-	// opened.
-	DefaultProtectionLease = redis.DefaultLeaseWindow
-	MaxProtectionLease     = time.Second
 )
 
 // Config is every setting of every role. Each field is a flag and a
@@ -97,12 +90,6 @@ type Config struct {
 	// that it reads, takes, records and acknowledges them in larger batches
 	// (application.Consumer.ReadWait); 0, the default, never waits.
 	WorkerReadWait time.Duration
-	// ProtectionLease is how long a worker may hand its deliveries the
-	// requests it leased at once from an endpoint's protections (rate
-	// limit, concurrency slots), while the endpoint's breaker stores no
-	// failure, instead of asking Redis per delivery
-	// (redis.LeasedProtection); 0 asks per delivery.
-	ProtectionLease time.Duration
 	// InlineFanOutMax is the most deliveries an event may have to be fanned
 	// out in its ingest transaction; 0 turns inline fan-out off.
 	InlineFanOutMax int
@@ -156,7 +143,6 @@ func DefaultConfig() Config {
 		SchedulerBatchSize:      application.DefaultSchedulerBatchSize,
 		VisibilityTimeout:       application.DefaultVisibilityTimeout,
 		WorkerConcurrency:       DefaultConcurrency,
-		ProtectionLease:         DefaultProtectionLease,
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
@@ -214,7 +200,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
 	parse((*durationValue)(&c.WorkerReadWait), "worker-read-wait", "how long a worker waits before reading more deliveries after a read that did not fill, to handle them in larger batches: less CPU per delivery, up to this much more latency (0: never waits)")
-	parse((*durationValue)(&c.ProtectionLease), "protection-lease", "how long a worker hands its deliveries to one endpoint the requests and concurrency slots it leased at once from Redis while the endpoint is healthy, instead of asking per delivery (0: asks per delivery)")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
@@ -245,7 +230,6 @@ func (c *Config) Validate() error {
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
-	check(c.ProtectionLease >= 0 && c.ProtectionLease <= MaxProtectionLease, "protection-lease must be 0..%s, got %s", MaxProtectionLease, c.ProtectionLease)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.MaxBodyBytes >= 1024, "max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.RequestTimeout >= 10*time.Millisecond, "request-timeout must be at least 10ms, got %s", c.RequestTimeout)

@@ -106,14 +106,6 @@ func TestWorkerReadWaitConfig(t *testing.T) {
 		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
 }
 
-func TestProtectionLeaseConfig(t *testing.T) {
-	if got := bootstrap.DefaultConfig().ProtectionLease; got != bootstrap.DefaultProtectionLease || got <= 0 {
-		t.Errorf("default = %s, want DefaultProtectionLease (%s), above 0", got, bootstrap.DefaultProtectionLease)
-	}
-	testZeroToASecondSetting(t, "DISPATCH_PROTECTION_LEASE", "protection-lease",
-		func(c bootstrap.Config) time.Duration { return c.ProtectionLease })
-}
-
 func TestMaxBodyBytesConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().MaxBodyBytes; got != 1<<20 {
 		t.Errorf("default = %d, want 1048576", got)

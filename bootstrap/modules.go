@@ -174,7 +174,9 @@ var coreModule = fx.Module("core",
 		func(store ports.Store, sender ports.Sender, queue ports.Queue, clock ports.Clock, cfg Config, p protections) *application.Deliver {
 			return &application.Deliver{
 				Deliveries: store, Subscriptions: store, Sender: sender, Queue: queue, Clock: clock,
-				Breakers: p.Breakers, Limiter: p.Limiter, Semaphore: p.Semaphore, Protection: p.Protection,
+				// Local caps this process's requests per endpoint while
+				// Redis fails, rather than letting them all through.
+				Protection: p.Protection, Local: memory.NewProtection(memory.ProtectionOptions{}),
 				Breaker: cfg.Breaker(), Random: rand.Float64, UserAgent: "Dispatch/" + Version,
 				Requests: make(chan struct{}, cfg.WorkerConcurrency),
 			}
@@ -194,41 +196,15 @@ var coreModule = fx.Module("core",
 	),
 )
 
-// protections are the shared endpoint protections, all on Redis. Each is
-// its own value in the graph, so a test can replace one with fx.Decorate.
+// protections are the shared endpoint protections, on Redis: their own
+// value in the graph, so a test can replace them with fx.Decorate.
 type protections struct {
 	fx.In
-	Breakers  ports.Breakers
-	Limiter   ports.RateLimiter
-	Semaphore ports.Semaphore
-	// Protection asks all three in one round trip; the three above serve
-	// when it is nil or unreachable.
 	Protection ports.Protection
 }
 
-func newProtections(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config, log *slog.Logger, m *metrics.Metrics) (
-	ports.Breakers, ports.RateLimiter, ports.Semaphore, ports.Protection,
-) {
-	semaphore := redis.NewFallbackSemaphore(
-		redis.NewSemaphore(client, cfg.RedisKeyPrefix),
-		memory.NewSemaphore(memory.SemaphoreOptions{}),
-		redis.FallbackOptions{
-			OnFallback: func(err error) {
-				m.SemaphoreFallback()
-				log.Warn("Redis semaphore unreachable; capping concurrency per process until it answers", "error", err)
-			},
-			OnRecover: func() { log.Info("Redis semaphore reachable again") },
-		})
-	exact := redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
-	var protection ports.Protection = exact
-	if cfg.ProtectionLease > 0 {
-		leased := redis.NewLeasedProtection(exact, redis.LeaseOptions{Window: cfg.ProtectionLease})
-		// Stopped after the roles that use it (fx stops in reverse), so
-		// the slots their last deliveries gave back go back to Redis too.
-		lc.Append(fx.StopHook(leased.Close))
-		protection = leased
-	}
-	return redis.NewBreakers(client, cfg.RedisKeyPrefix), redis.NewRateLimiter(client, cfg.RedisKeyPrefix), semaphore, protection
+func newProtections(client goredis.UniversalClient, cfg Config) ports.Protection {
+	return redis.NewProtection(client, cfg.RedisKeyPrefix, redis.ProtectionOptions{})
 }
 
 // newSender and newGuard apply the same SSRF policy: the guard when a

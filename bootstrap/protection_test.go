@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
 
-	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 	"github.com/dispatch-webhooks/dispatch/client"
@@ -194,24 +194,30 @@ func TestConcurrencyCapAcrossWorkerProcesses(t *testing.T) {
 	t.Logf("peak in flight %d; delivered everything %s after the kill", probe.peak.Load(), time.Since(killed))
 }
 
-// TestSemaphoreFallsBackWhenRedisIsUnreachable: the concurrency semaphore's
-// Redis is down (the rest of Redis is fine); deliveries go on, capped by
-// the local semaphore at max_in_flight.
-func TestSemaphoreFallsBackWhenRedisIsUnreachable(t *testing.T) {
+// failing counts a Protection's failed Admits.
+type failing struct {
+	ports.Protection
+	failed atomic.Int32
+}
+
+func (f *failing) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
+	res, err := f.Protection.Admit(ctx, req)
+	if err != nil {
+		f.failed.Add(1)
+	}
+	return res, err
+}
+
+// TestProtectionFallsBackWhenRedisIsUnreachable: the protection's Redis
+// is down (the rest of Redis is fine); deliveries go on, capped by the
+// worker's local protection at max_in_flight.
+func TestProtectionFallsBackWhenRedisIsUnreachable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, nil)
 	dead := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
-	var fellBack atomic.Int32
-	c.start(bootstrap.RoleWorker, fx.Decorate(func(ports.Semaphore) ports.Semaphore {
-		return redis.NewFallbackSemaphore(redis.NewSemaphore(dead, "x:"), memory.NewSemaphore(memory.SemaphoreOptions{}),
-			redis.FallbackOptions{OnFallback: func(error) { fellBack.Add(1) }})
-	}), fx.Decorate(func(ports.Protection) ports.Protection {
-		// The combined check would reach the live Redis; this test is
-		// about the separate semaphore's fallback, which serves when the
-		// combined check cannot.
-		return nil
-	}))
+	shared := &failing{Protection: redis.NewProtection(dead, "x:", redis.ProtectionOptions{})}
+	c.start(bootstrap.RoleWorker, fx.Decorate(func(ports.Protection) ports.Protection { return shared }))
 	c.start(bootstrap.RoleScheduler)
 	rcv := newScripted(t)
 	probe := &concurrencyProbe{hold: 50 * time.Millisecond}
@@ -222,10 +228,10 @@ func TestSemaphoreFallsBackWhenRedisIsUnreachable(t *testing.T) {
 		ids = append(ids, c.publish("local.event", fmt.Sprintf(`{"i":%d}`, i)))
 	}
 	waitAllArrived(t, ep, ids, 30*time.Second)
-	if fellBack.Load() == 0 {
-		t.Error("the semaphore never fell back, yet its Redis is unreachable")
+	if shared.failed.Load() == 0 {
+		t.Error("the shared protection never failed, yet its Redis is unreachable")
 	}
 	if peak := probe.peak.Load(); peak > 2 {
-		t.Errorf("%d requests in flight at once under the local semaphore, want at most 2", peak)
+		t.Errorf("%d requests in flight at once under the local protection, want at most 2", peak)
 	}
 }

@@ -180,7 +180,7 @@ var workerModule = fx.Module("worker",
 				}
 				if res.Degraded != nil {
 					m.ProtectionFailed()
-					log.Warn("endpoint protection unavailable; request sent unprotected", "delivery_id", id, "error", res.Degraded)
+					log.Warn("shared endpoint protection unavailable; delivery protected by this worker alone", "delivery_id", id, "error", res.Degraded)
 				}
 				if res.Postponed != "" {
 					m.Postponed(res.Postponed)

@@ -10,47 +10,32 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
-// protectionMinSweep is the least number of entries a RateLimiter or
-// Semaphore keeps before it sweeps the ones that no longer matter.
+// protectionMinSweep is the least number of entries the rate limiter
+// keeps before it sweeps the ones that no longer matter.
 const protectionMinSweep = 1024
 
-// Breakers is ports.Breakers in process: each subscription's
-// domain.Breaker in a map under one mutex, which makes every transition
-// atomic. A closed breaker with no failures is not stored, like in Redis.
-// Safe for concurrent use.
-type Breakers struct {
-	mu    sync.Mutex
+// breakers keeps each subscription's domain.Breaker. A closed breaker with
+// no failures is not stored, like in Redis. Protection's mutex guards it.
+type breakers struct {
 	state map[string]domain.Breaker
 }
 
-var _ ports.Breakers = (*Breakers)(nil)
-
-// NewBreakers returns Breakers where every subscription's breaker is
-// closed.
-func NewBreakers() *Breakers {
-	return &Breakers{state: make(map[string]domain.Breaker)}
-}
-
-// Allow applies domain.Breaker.Allow atomically; see ports.Breakers.
-func (b *Breakers) Allow(_ context.Context, subscriptionID string, cfg domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// allow applies domain.Breaker.Allow.
+func (b *breakers) allow(subscriptionID string, cfg domain.BreakerConfig, now time.Time) (bool, time.Time) {
 	next, allowed, retryAt := b.state[subscriptionID].Allow(cfg, now)
 	b.store(subscriptionID, next)
-	return allowed, retryAt, nil
+	return allowed, retryAt
 }
 
-// Record applies domain.Breaker.Record atomically; see ports.Breakers.
-func (b *Breakers) Record(_ context.Context, subscriptionID string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.store(subscriptionID, b.state[subscriptionID].Record(cfg, success, now)), nil
+// record applies domain.Breaker.Record.
+func (b *breakers) record(subscriptionID string, cfg domain.BreakerConfig, success bool, now time.Time) domain.Breaker {
+	return b.store(subscriptionID, b.state[subscriptionID].Record(cfg, success, now))
 }
 
 // store keeps s the way the Redis adapter round-trips it, OpenUntil in UTC
 // without a monotonic reading, and returns what it kept. A closed breaker
 // with no failures is not kept at all.
-func (b *Breakers) store(subscriptionID string, s domain.Breaker) domain.Breaker {
+func (b *breakers) store(subscriptionID string, s domain.Breaker) domain.Breaker {
 	if !s.OpenUntil.IsZero() {
 		s.OpenUntil = s.OpenUntil.Round(0).UTC()
 	}
@@ -62,7 +47,7 @@ func (b *Breakers) store(subscriptionID string, s domain.Breaker) domain.Breaker
 	return s
 }
 
-// RateBurst is the burst RateLimiter allows at perSecond requests a second:
+// RateBurst is the burst Protection's rate limit allows at perSecond requests a second:
 // a tenth of a second's worth, at least 1, the same as the Redis adapter's
 // (see its RateBurst): any 1-second window sees at most perSecond +
 // RateBurst(perSecond) requests.
@@ -70,50 +55,21 @@ func RateBurst(perSecond int) int {
 	return max(1, perSecond/10)
 }
 
-// RateLimiterOptions configures a memory RateLimiter. The zero value is
-// valid.
-type RateLimiterOptions struct {
-	// Now is the clock the budget refills by; nil means time.Now. Tests pass
-	// a fake clock to refill without waiting.
-	Now func() time.Time
-}
-
-// RateLimiter is ports.RateLimiter in process: GCRA (the generic cell rate
-// algorithm) per subscription, the algorithm the Redis adapter runs, with
-// the same burst, RateBurst(perSecond). Each subscription keeps only its
-// theoretical arrival time: the instant its budget would be full again.
-// Safe for concurrent use.
-type RateLimiter struct {
-	now func() time.Time
-
-	mu      sync.Mutex
+// rateLimiter is GCRA (the generic cell rate algorithm) per subscription,
+// the algorithm the Redis adapter runs, with the same burst,
+// RateBurst(perSecond). Each subscription keeps only its theoretical
+// arrival time: the instant its budget would be full again. Protection's
+// mutex guards it.
+type rateLimiter struct {
 	tat     map[string]time.Time
 	sweepAt int
 }
 
-var _ ports.RateLimiter = (*RateLimiter)(nil)
-
-// NewRateLimiter returns a RateLimiter where every subscription has its
-// full budget.
-func NewRateLimiter(opts RateLimiterOptions) *RateLimiter {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &RateLimiter{now: opts.Now, tat: make(map[string]time.Time), sweepAt: protectionMinSweep}
-}
-
-// Take takes one request from subscriptionID's budget; see
-// ports.RateLimiter. perSecond below 1 is an error.
-func (r *RateLimiter) Take(_ context.Context, subscriptionID string, perSecond int) (bool, time.Duration, error) {
-	if perSecond < 1 {
-		return false, 0, fmt.Errorf("memory rate limiter: %s: rate must be at least 1 request per second, got %d", subscriptionID, perSecond)
-	}
+// take takes one request from subscriptionID's budget at now, or says how
+// long until one is left.
+func (r *rateLimiter) take(subscriptionID string, perSecond int, now time.Time) (bool, time.Duration) {
 	interval := time.Second / time.Duration(perSecond)
 	burstOffset := interval * time.Duration(RateBurst(perSecond))
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
 	tat := r.tat[subscriptionID]
 	if tat.Before(now) {
 		tat = now
@@ -122,16 +78,16 @@ func (r *RateLimiter) Take(_ context.Context, subscriptionID string, perSecond i
 	// The request may go when the budget, after it, is no more than the
 	// burst ahead of now.
 	if wait := next.Add(-burstOffset).Sub(now); wait > 0 {
-		return false, wait, nil
+		return false, wait
 	}
 	r.tat[subscriptionID] = next
 	r.sweep(now)
-	return true, 0, nil
+	return true, 0
 }
 
 // sweep forgets, now and then, subscriptions whose budget is full again:
 // they are the same as subscriptions never seen.
-func (r *RateLimiter) sweep(now time.Time) {
+func (r *rateLimiter) sweep(now time.Time) {
 	if len(r.tat) < r.sweepAt {
 		return
 	}
@@ -143,135 +99,113 @@ func (r *RateLimiter) sweep(now time.Time) {
 	r.sweepAt = max(2*len(r.tat), protectionMinSweep)
 }
 
-// SemaphoreOptions configures a memory Semaphore. The zero value is valid.
-type SemaphoreOptions struct {
-	// Now is the clock leases run out by; nil means time.Now. Tests pass a
-	// fake clock to expire leases without waiting.
-	Now func() time.Time
+// semaphore keeps each subscription's slots by holder with their lease's
+// end; a slot whose lease ended does not count, and taking a slot for a
+// holder that has one renews its lease, even when every slot is taken.
+// Protection's mutex guards it.
+type semaphore struct {
+	leases map[string]map[string]time.Time // subscription → holder → lease end
 }
 
-// Semaphore is ports.Semaphore in process, with the Redis adapter's
-// semantics: each subscription's leases by holder with their expiry; a
-// lease that ran out does not count; TryAcquire for a holder that already
-// has a slot renews its lease and succeeds even when every slot is taken.
-// It is also the per-process fallback when Redis is unreachable (see the
-// Redis adapter's FallbackSemaphore). Safe for concurrent use.
-type Semaphore struct {
-	now func() time.Time
-
-	mu     sync.Mutex
-	leases map[string]map[string]time.Time // subscription → holder → expiry
-}
-
-var _ ports.Semaphore = (*Semaphore)(nil)
-
-// NewSemaphore returns a Semaphore with every slot free.
-func NewSemaphore(opts SemaphoreOptions) *Semaphore {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Semaphore{now: opts.Now, leases: make(map[string]map[string]time.Time)}
-}
-
-// TryAcquire takes a slot for holder; see ports.Semaphore. An empty holder,
-// a limit below 1 or a ttl of 0 or less is an error.
-func (s *Semaphore) TryAcquire(_ context.Context, subscriptionID, holder string, limit int, ttl time.Duration) (bool, error) {
-	switch {
-	case holder == "":
-		return false, fmt.Errorf("memory semaphore: %s: holder is empty", subscriptionID)
-	case limit < 1:
-		return false, fmt.Errorf("memory semaphore: %s: limit must be at least 1, got %d", subscriptionID, limit)
-	case ttl <= 0:
-		return false, fmt.Errorf("memory semaphore: %s: lease ttl must be positive, got %s", subscriptionID, ttl)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
+// tryAcquire takes one of subscriptionID's limit slots for holder until
+// now+ttl, or returns false when all are taken.
+func (s *semaphore) tryAcquire(subscriptionID, holder string, limit int, ttl time.Duration, now time.Time) bool {
 	held := s.leases[subscriptionID]
-	for h, expiry := range held {
-		if !expiry.After(now) {
+	for h, end := range held {
+		if !end.After(now) {
 			delete(held, h)
 		}
 	}
 	if _, renew := held[holder]; !renew && len(held) >= limit {
-		return false, nil
+		return false
 	}
 	if held == nil {
 		held = make(map[string]time.Time)
 		s.leases[subscriptionID] = held
 	}
 	held[holder] = now.Add(ttl)
-	return true, nil
+	return true
 }
 
-// Release gives holder's slot back; a holder without one is not an error.
-func (s *Semaphore) Release(_ context.Context, subscriptionID, holder string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// release gives holder's slot back; a holder without one is left alone.
+func (s *semaphore) release(subscriptionID, holder string) {
 	held := s.leases[subscriptionID]
 	delete(held, holder)
 	if len(held) == 0 {
 		delete(s.leases, subscriptionID)
 	}
-	return nil
 }
 
-// Protection is ports.Protection in process: the given Breakers,
-// RateLimiter and Semaphore asked one after the other, so it shares their
-// state exactly. Each step is atomic on its own, which is all the port
-// promises. Safe for concurrent use.
+// ProtectionOptions configures a Protection. The zero value is valid.
+type ProtectionOptions struct {
+	// Now is the clock the rate limit refills and slots' leases end by;
+	// nil means time.Now. The breaker decides at the time it is given.
+	Now func() time.Time
+}
+
+// Protection is ports.Protection in process, with the Redis adapter's
+// semantics: a breaker, a GCRA rate limit and leased slots per
+// subscription, under one mutex, so each Admit and each Finish is atomic
+// and the bounds are exact. It serves the worker as its local protection
+// when Redis fails, and tests. Safe for concurrent use.
 type Protection struct {
-	breakers  *Breakers
-	limiter   *RateLimiter
-	semaphore *Semaphore
+	now func() time.Time
+
+	mu       sync.Mutex
+	breakers breakers
+	limiter  rateLimiter
+	slots    semaphore
 }
 
 var _ ports.Protection = (*Protection)(nil)
 
-// NewProtection returns a Protection over b, l and s. Nil ones are a
-// programming error and panic.
-func NewProtection(b *Breakers, l *RateLimiter, s *Semaphore) *Protection {
-	if b == nil || l == nil || s == nil {
-		panic("memory protection: breakers, rate limiter and semaphore are required")
+// NewProtection returns a Protection where every subscription's breaker
+// is closed, its budget full and its slots free.
+func NewProtection(opts ProtectionOptions) *Protection {
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	return &Protection{breakers: b, limiter: l, semaphore: s}
+	return &Protection{
+		now:      opts.Now,
+		breakers: breakers{state: make(map[string]domain.Breaker)},
+		limiter:  rateLimiter{tat: make(map[string]time.Time), sweepAt: protectionMinSweep},
+		slots:    semaphore{leases: make(map[string]map[string]time.Time)},
+	}
 }
 
-// Admit asks the breaker, the rate limiter and the semaphore in that
-// order; see ports.Protection.
-func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
-	if req.PerSecond < 1 {
+// Admit asks the breaker, the rate limit and the slots in that order; see
+// ports.Protection.
+func (p *Protection) Admit(_ context.Context, req ports.Admission) (ports.Admitted, error) {
+	switch {
+	case req.PerSecond < 1:
 		return ports.Admitted{}, fmt.Errorf("memory protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
+	case req.Holder == "":
+		return ports.Admitted{}, fmt.Errorf("memory protection: %s: holder is empty", req.SubscriptionID)
+	case req.MaxInFlight < 1:
+		return ports.Admitted{}, fmt.Errorf("memory protection: %s: max in flight must be at least 1, got %d", req.SubscriptionID, req.MaxInFlight)
+	case req.Lease <= 0:
+		return ports.Admitted{}, fmt.Errorf("memory protection: %s: lease must be positive, got %s", req.SubscriptionID, req.Lease)
 	}
-	allowed, retryAt, err := p.breakers.Allow(ctx, req.SubscriptionID, req.Breaker, req.Now)
-	if err != nil {
-		return ports.Admitted{}, err
-	}
-	if !allowed {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if allowed, retryAt := p.breakers.allow(req.SubscriptionID, req.Breaker, req.Now); !allowed {
 		return ports.Admitted{Refused: ports.RefusedByBreaker, RetryAt: retryAt}, nil
 	}
-	allowed, retryAfter, err := p.limiter.Take(ctx, req.SubscriptionID, req.PerSecond)
-	if err != nil {
-		return ports.Admitted{}, err
-	}
-	if !allowed {
+	now := p.now()
+	if allowed, retryAfter := p.limiter.take(req.SubscriptionID, req.PerSecond, now); !allowed {
 		return ports.Admitted{Refused: ports.RefusedByRateLimit, RetryAfter: retryAfter}, nil
 	}
-	ok, err := p.semaphore.TryAcquire(ctx, req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease)
-	if err != nil {
-		return ports.Admitted{}, err
-	}
-	if !ok {
+	if !p.slots.tryAcquire(req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease, now) {
 		return ports.Admitted{Refused: ports.RefusedBySemaphore}, nil
 	}
 	return ports.Admitted{}, nil
 }
 
-// Finish releases holder's slot and records the result on the breaker;
+// Finish gives holder's slot back and records the result on the breaker;
 // see ports.Protection.
-func (p *Protection) Finish(ctx context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
-	if err := p.semaphore.Release(ctx, subscriptionID, holder); err != nil {
-		return domain.Breaker{}, err
-	}
-	return p.breakers.Record(ctx, subscriptionID, cfg, success, now)
+func (p *Protection) Finish(_ context.Context, subscriptionID, holder string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slots.release(subscriptionID, holder)
+	return p.breakers.record(subscriptionID, cfg, success, now), nil
 }

@@ -26,7 +26,6 @@ type Metrics struct {
 	schedulerSwept  *prometheus.CounterVec
 	malformed       *prometheus.CounterVec
 	postponed       *prometheus.CounterVec
-	semFallbacks    prometheus.Counter
 	degraded        prometheus.Counter
 	pending         prometheus.Gauge
 	deadLetters     prometheus.Gauge
@@ -84,13 +83,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_deliveries_postponed_total",
 			Help: "Deliveries postponed without an attempt, by reason: throttled, circuit_open.",
 		}, []string{"reason"}),
-		semFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dispatch_semaphore_fallbacks_total",
-			Help: "Switches from the Redis concurrency semaphore to the local one because Redis was unreachable.",
-		}),
 		degraded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_protection_failures_total",
-			Help: "Requests sent without a protection (breaker, rate limit, semaphore) because its store failed.",
+			Help: "Deliveries whose shared protection (Redis) failed: protected by the worker's local protection only.",
 		}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatch_pending_deliveries",
@@ -117,7 +112,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.deliveries.WithLabelValues(string(outcome))
 	}
 	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.fanOutFailures, m.schedulerSwept, m.malformed,
-		m.postponed, m.semFallbacks, m.degraded,
+		m.postponed, m.degraded,
 		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen)
 	return m
 }
@@ -158,11 +153,7 @@ func (m *Metrics) Malformed(stream string) { m.malformed.WithLabelValues(stream)
 // Postponed counts one delivery postponed by a protection.
 func (m *Metrics) Postponed(reason string) { m.postponed.WithLabelValues(reason).Inc() }
 
-// SemaphoreFallback counts one switch to the local semaphore.
-func (m *Metrics) SemaphoreFallback() { m.semFallbacks.Inc() }
-
-// ProtectionFailed counts one request sent without a protection whose store
-// failed.
+// ProtectionFailed counts one delivery whose shared protection failed.
 func (m *Metrics) ProtectionFailed() { m.degraded.Inc() }
 
 // Backlog sets the backlog gauges from counts by status.

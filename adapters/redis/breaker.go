@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
-	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // BreakerStateTTL is how long a breaker's key outlives its last change (or,
@@ -38,75 +36,24 @@ var breakerSwap = goredis.NewScript(breakerSwapLua)
 // spreads a crowd out so 100 is far more than needed.
 const breakerMaxAttempts = 100
 
-// Breakers is ports.Breakers on Redis: each subscription's domain.Breaker
-// in one string key, "<prefix>{sub:<id>}:breaker", updated optimistically:
+// breakerStore keeps Protection's breakers: each subscription's
+// domain.Breaker in one string key, "<prefix>{sub:<id>}:breaker", updated optimistically:
 // GET, compute the transition, then a compare-and-set script that writes
 // only if nobody changed the key meanwhile (retried from the value it
-// answers with on conflict).
+// answers with on conflict; Protection's scripts do the GET).
 // The transitions are domain.Breaker's, computed here in Go; Redis only
 // stores the result. A closed breaker with no failures is no key at all,
 // and a call that leaves the state unchanged (the hot path: a closed
 // breaker allowing, or recording a success) costs one GET and no write; a
 // change costs a GET and one EVALSHA.
 // Safe for concurrent use.
-type Breakers struct {
+type breakerStore struct {
 	client goredis.UniversalClient
-	prefix string
 }
 
-var _ ports.Breakers = (*Breakers)(nil)
-
-// NewBreakers returns Breakers keeping their state under prefix ("" means
-// DefaultPrefix). The caller owns client and closes it. A nil client or a
-// prefix with '{' or '}' (which would break the hash tag) is a programming
-// error and panics.
-func NewBreakers(client goredis.UniversalClient, prefix string) *Breakers {
-	return &Breakers{client: client, prefix: checkedPrefix("breakers", client, prefix)}
-}
-
-// key is the breaker's key. The hash tag names the subscription, so all of
-// a subscription's keys share a Cluster slot.
-func (b *Breakers) key(subscriptionID string) string {
-	return b.prefix + "{sub:" + subscriptionID + "}:breaker"
-}
-
-// Allow applies domain.Breaker.Allow atomically; see ports.Breakers.
-func (b *Breakers) Allow(ctx context.Context, subscriptionID string, cfg domain.BreakerConfig, now time.Time) (bool, time.Time, error) {
-	var allowed bool
-	var retryAt time.Time
-	_, err := b.update(ctx, subscriptionID, now, func(s domain.Breaker) domain.Breaker {
-		next, ok, at := s.Allow(cfg, now)
-		allowed, retryAt = ok, at
-		return next
-	})
-	if err != nil {
-		return false, time.Time{}, fmt.Errorf("redis breakers: allow %s: %w", subscriptionID, err)
-	}
-	return allowed, retryAt, nil
-}
-
-// Record applies domain.Breaker.Record atomically; see ports.Breakers.
-func (b *Breakers) Record(ctx context.Context, subscriptionID string, cfg domain.BreakerConfig, success bool, now time.Time) (domain.Breaker, error) {
-	next, err := b.update(ctx, subscriptionID, now, func(s domain.Breaker) domain.Breaker {
-		return s.Record(cfg, success, now)
-	})
-	if err != nil {
-		return domain.Breaker{}, fmt.Errorf("redis breakers: record %s: %w", subscriptionID, err)
-	}
-	return next, nil
-}
-
-// update reads the breaker, applies transition and stores the result. The
-// first read is a plain GET: when the transition changes nothing there is
-// nothing to make atomic, and the call ends there. Otherwise see
-// updateFrom.
-func (b *Breakers) update(ctx context.Context, subscriptionID string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
-	key := b.key(subscriptionID)
-	stored, err := b.client.Get(ctx, key).Result()
-	if err != nil && !errors.Is(err, goredis.Nil) {
-		return domain.Breaker{}, interpretError(err)
-	}
-	return b.updateFrom(ctx, key, stored, now, transition)
+// newBreakerStore returns a breakerStore on client.
+func newBreakerStore(client goredis.UniversalClient) *breakerStore {
+	return &breakerStore{client: client}
 }
 
 // updateFrom applies transition to stored, the value last read from key
@@ -116,7 +63,7 @@ func (b *Breakers) update(ctx context.Context, subscriptionID string, now time.T
 // current value and the transition runs again from it, until a write goes
 // through or nothing changes. transition may run several times; the caller
 // keeps what its last run decided.
-func (b *Breakers) updateFrom(ctx context.Context, key, stored string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
+func (b *breakerStore) updateFrom(ctx context.Context, key, stored string, now time.Time, transition func(domain.Breaker) domain.Breaker) (domain.Breaker, error) {
 	for attempt := range breakerMaxAttempts {
 		next := transition(decodeBreaker(stored))
 		encoded := encodeBreaker(next)

@@ -1,5 +1,5 @@
 -- Stores a subscription's breaker if nobody changed it since it was read
--- (compare-and-set; Breakers.update): the transition is computed in Go by
+-- (compare-and-set; breakerStore.updateFrom): the transition is computed in Go by
 -- domain.Breaker, Redis only checks and stores, in one round trip instead
 -- of WATCH, GET, MULTI ... EXEC.
 -- KEYS[1]: the breaker's key.

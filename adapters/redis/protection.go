@@ -29,20 +29,28 @@ var (
 )
 
 // ErrProtectionResting is what Protection answers, without asking Redis,
-// for a while after Redis failed: the caller falls back to the separate
-// protections (whose semaphore has a local fallback) at once instead of
-// waiting on an unreachable server for every delivery.
+// for a while after Redis failed: the caller falls back to its local
+// protection at once instead of waiting on an unreachable server for every
+// delivery.
 var ErrProtectionResting = errors.New("redis protection: resting after a failure")
+
+// DefaultProtectionRetryInterval is ProtectionOptions.RetryInterval's
+// default, and DefaultProtectionTimeout its Timeout's: Redis answers in
+// well under a millisecond when healthy, so a second is a Redis that is
+// not answering.
+const (
+	DefaultProtectionRetryInterval = 5 * time.Second
+	DefaultProtectionTimeout       = time.Second
+)
 
 // ProtectionOptions configures a Protection. The zero value is valid.
 type ProtectionOptions struct {
 	// RetryInterval is how long Protection answers ErrProtectionResting
 	// after a call failed, before asking Redis again. 0 means
-	// DefaultFallbackRetryInterval.
+	// DefaultProtectionRetryInterval.
 	RetryInterval time.Duration
-	// Timeout bounds each call to Redis, as FallbackOptions.PrimaryTimeout
-	// does for the semaphore: a Redis behind a partition never answers. 0
-	// means DefaultFallbackPrimaryTimeout.
+	// Timeout bounds each call to Redis: a Redis behind a partition never
+	// answers. 0 means DefaultProtectionTimeout.
 	Timeout time.Duration
 	// Now is the clock RetryInterval is measured by; nil means time.Now.
 	Now func() time.Time
@@ -53,18 +61,17 @@ type ProtectionOptions struct {
 	Unbatched bool
 }
 
-// Protection is ports.Protection on Redis: the breaker, the rate limit and
-// the semaphore of Breakers, RateLimiter and Semaphore (same keys, same
-// prefix, same semantics, so it shares their state) in one Lua script per
-// Admit and one per Finish. A delivery to a healthy endpoint costs two
-// round trips instead of five (GET, rate EVALSHA, acquire EVALSHA, ZREM,
-// GET).
+// Protection is ports.Protection on Redis: each subscription's breaker
+// (one string key), GCRA rate limit (one key, read by the server's clock,
+// TIME, so workers with skewed clocks agree; burst RateBurst) and slots (a
+// sorted set of holders by lease end) under the hash tag {sub:<id>}, in
+// one Lua script per Admit and one per Finish.
 //
 // The breaker's transitions stay domain.Breaker's, computed in Go: the
 // scripts handle only what needs no transition (a closed breaker allows; a
 // success on a closed breaker resets it) and otherwise hand the stored
 // value back, for Go to compute the transition and store it with the
-// compare-and-set Breakers uses. That costs an open or half-open breaker,
+// compare-and-set of breakerStore. That costs an open or half-open breaker,
 // or a failure, one or two round trips more: the rare path.
 //
 // Concurrent calls share round trips: the scripts of the Admit calls that
@@ -88,7 +95,7 @@ type ProtectionOptions struct {
 type Protection struct {
 	client   goredis.UniversalClient
 	prefix   string
-	breakers *Breakers
+	breakers *breakerStore
 	opts     ProtectionOptions
 	// admitScript and finishScript run protection_admit.lua and
 	// protection_finish.lua, batching concurrent calls.
@@ -100,17 +107,17 @@ type Protection struct {
 
 var _ ports.Protection = (*Protection)(nil)
 
-// NewProtection returns a Protection on the keys Breakers, RateLimiter and
-// Semaphore made with the same prefix use ("" means DefaultPrefix). The
+// NewProtection returns a Protection keeping its state under prefix (""
+// means DefaultPrefix). The
 // caller owns client and closes it. A nil client or a prefix with '{' or
 // '}' is a programming error and panics.
 func NewProtection(client goredis.UniversalClient, prefix string, opts ProtectionOptions) *Protection {
 	prefix = checkedPrefix("protection", client, prefix)
 	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = DefaultFallbackRetryInterval
+		opts.RetryInterval = DefaultProtectionRetryInterval
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultFallbackPrimaryTimeout
+		opts.Timeout = DefaultProtectionTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -118,7 +125,7 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 	p := &Protection{
 		client:       client,
 		prefix:       prefix,
-		breakers:     NewBreakers(client, prefix),
+		breakers:     newBreakerStore(client),
 		opts:         opts,
 		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, 0),
 		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
@@ -172,8 +179,9 @@ func (p *Protection) Warm(ctx context.Context) error {
 	return nil
 }
 
-// keys are the subscription's breaker, rate and lease keys, those of
-// Breakers, RateLimiter (with redis_rate's "rate:") and Semaphore.
+// keys are the subscription's breaker, rate and lease keys (the rate key
+// keeps the "rate:" in front that redis_rate, whose GCRA the admit script
+// runs, gave it, so existing budgets carry over).
 func (p *Protection) keys(subscriptionID string) (breaker, rate, inflight string) {
 	tag := "{sub:" + subscriptionID + "}"
 	return p.prefix + tag + ":breaker", "rate:" + p.prefix + tag + ":rate", p.prefix + tag + ":inflight"
@@ -181,7 +189,7 @@ func (p *Protection) keys(subscriptionID string) (breaker, rate, inflight string
 
 // Admit asks the three protections in one script; see ports.Protection.
 // Bad arguments (a rate or limit below 1, an empty holder, a lease of 0)
-// are errors, as for the separate ports.
+// are errors.
 func (p *Protection) Admit(ctx context.Context, req ports.Admission) (ports.Admitted, error) {
 	if err := checkAdmission(req); err != nil {
 		return ports.Admitted{}, err
@@ -337,4 +345,47 @@ func (p *Protection) failed(parent context.Context) {
 		return
 	}
 	p.restUntil.Store(p.opts.Now().Add(p.opts.RetryInterval).UnixNano())
+}
+
+// checkAdmission is Admit's check of its arguments, Protection's.
+func checkAdmission(req ports.Admission) error {
+	if req.PerSecond < 1 {
+		return fmt.Errorf("redis protection: %s: rate must be at least 1 request per second, got %d", req.SubscriptionID, req.PerSecond)
+	}
+	if err := checkSemaphoreArgs(req.SubscriptionID, req.Holder, req.MaxInFlight, req.Lease); err != nil {
+		return fmt.Errorf("redis protection: %w", err)
+	}
+	return nil
+}
+
+// RateBurst is the burst Protection's rate limit allows at perSecond
+// requests a second: a tenth of a second's worth, at least 1. GCRA lets
+// burst requests through at once and then one every 1/perSecond s, so any
+// 1-second window sees at most perSecond + RateBurst(perSecond) admitted
+// requests (110 at the default 100/s), while workers that picked up a
+// batch together are not turned away for being a few milliseconds early.
+func RateBurst(perSecond int) int {
+	return max(1, perSecond/10)
+}
+
+// rateRetryAfter is the wait the GCRA script reported, as Admit reports
+// it. The script computes in float seconds from TIME's microseconds: round
+// up to a whole microsecond so that retrying after it is not turned away
+// for a rounding error, and never report "now".
+func rateRetryAfter(d time.Duration) time.Duration {
+	return max((d + time.Microsecond - 1).Truncate(time.Microsecond), time.Microsecond)
+}
+
+// checkSemaphoreArgs rejects what no caller should pass, before anything is
+// sent, so that a bad argument is never mistaken for an unreachable Redis.
+func checkSemaphoreArgs(subscriptionID, holder string, limit int, ttl time.Duration) error {
+	switch {
+	case holder == "":
+		return fmt.Errorf("%s: holder is empty", subscriptionID)
+	case limit < 1:
+		return fmt.Errorf("%s: limit must be at least 1, got %d", subscriptionID, limit)
+	case ttl <= 0:
+		return fmt.Errorf("%s: lease ttl must be positive, got %s", subscriptionID, ttl)
+	}
+	return nil
 }

@@ -1,7 +1,7 @@
 -- Admits requests to one subscription (ports.Protection.Admit): for each,
 -- the circuit breaker, the rate limit and the semaphore, with exactly the
--- answers and effects of Breakers.Allow, RateLimiter.Take (redis_rate's
--- GCRA script) and semaphore.lua run one after the other, the requests in
+-- answers and effects of domain.Breaker.Allow, go-redis/redis_rate's GCRA
+-- script and a lease set taking a slot run one after the other, the requests in
 -- order, at one instant, but for one: expired leases are swept only when
 -- the set has no room for the requests without it (see below). An Admit alone is a call of one request; the group commit of
 -- concurrent Admits (see protectionScript) sends those of one subscription
@@ -35,7 +35,7 @@ local breaker = stored[1]
 local closed = not breaker or string.sub(breaker, 1, 2) == 'c:'
 
 -- The rate limit: redis_rate v10's allowN with cost 1, on the same key and
--- with the same arithmetic, so this and RateLimiter.Take share one budget;
+-- with the same arithmetic;
 -- the arrival time is kept here between requests and stored once at the
 -- end.
 local burst = ARGV[1]

@@ -170,14 +170,9 @@ func TestProtectionBatchesConcurrentCalls(t *testing.T) {
 	for _, s := range []*goredis.Script{protectionAdmit, protectionFinish, breakerSwap} {
 		require.NoError(t, s.Load(ctx, client).Err())
 	}
-	breakers := NewBreakers(client, "")
-	var opened domain.Breaker
-	for range cfg.FailureThreshold {
-		var err error
-		opened, err = breakers.Record(ctx, "open", cfg, false, now)
-		require.NoError(t, err)
-	}
-	require.Equal(t, domain.BreakerOpen, opened.Phase)
+	opened := openBreaker(t, p, "open", cfg, now)
+	admits.trips.Store(0)
+	finishes.trips.Store(0)
 
 	// 25 deliveries each to: a subscription whose breaker is open; one with
 	// 5 slots; one with a budget of 1 request (10/s, frozen clock); one
@@ -291,7 +286,13 @@ func TestProtectionScriptBatchNoScript(t *testing.T) {
 	p := NewProtection(client, "", ProtectionOptions{})
 	ctx := t.Context()
 	require.NoError(t, client.ScriptFlush(ctx).Err())
-	require.True(t, acquireOK(t, NewSemaphore(client, ""), "s", "held", 1, time.Minute))
+	held, err := p.Admit(ctx, ports.Admission{
+		SubscriptionID: "s", Holder: "held", Breaker: domain.DefaultBreakerConfig(), Now: time.Now(),
+		PerSecond: 10, MaxInFlight: 1, Lease: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Equal(t, ports.RefusedByNone, held.Refused)
+	require.NoError(t, client.ScriptFlush(ctx).Err())
 
 	breakerKey, _, inflightKey := p.keys("s")
 	replies := make([][]any, 3)
@@ -346,7 +347,7 @@ func TestProtectionClusterClient(t *testing.T) {
 		t.Cleanup(func() { _ = client.Close() })
 		return client
 	}
-	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+	protectiontest.RunProtection(t, func(t *testing.T) ports.Protection {
 		return protectionSet(newCluster(t), "")
 	}, protectiontest.Features{RateBurst: RateBurst})
 

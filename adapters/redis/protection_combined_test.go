@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,20 +20,34 @@ import (
 	"github.com/dispatch-webhooks/dispatch/ports/protectiontest"
 )
 
-// protectionSet is a Protection and the separate ports on one client and
-// prefix, as bootstrap builds them.
-func protectionSet(client goredis.UniversalClient, prefix string) protectiontest.ProtectionSet {
-	return protectiontest.ProtectionSet{
-		Protection: NewProtection(client, prefix, ProtectionOptions{}),
-		Breakers:   NewBreakers(client, prefix),
-		Limiter:    NewRateLimiter(client, prefix),
-		Semaphore:  NewSemaphore(client, prefix),
+// protectionSet is a Protection on client and prefix, as bootstrap builds
+// it.
+func protectionSet(client goredis.UniversalClient, prefix string) ports.Protection {
+	return NewProtection(client, prefix, ProtectionOptions{})
+}
+
+// openBreaker opens sub's breaker through p with cfg.FailureThreshold
+// failed requests at now.
+func openBreaker(t *testing.T, p ports.Protection, sub string, cfg domain.BreakerConfig, now time.Time) domain.Breaker {
+	t.Helper()
+	var state domain.Breaker
+	for i := range cfg.FailureThreshold {
+		holder := fmt.Sprint("fail", i)
+		_, err := p.Admit(t.Context(), ports.Admission{
+			SubscriptionID: sub, Holder: holder, Breaker: cfg, Now: now,
+			PerSecond: domain.MaxRateLimit, MaxInFlight: 1000, Lease: time.Minute,
+		})
+		require.NoError(t, err)
+		state, err = p.Finish(t.Context(), sub, holder, cfg, false, now)
+		require.NoError(t, err)
 	}
+	require.Equal(t, domain.BreakerOpen, state.Phase)
+	return state
 }
 
 // TestProtection runs the suite on real Redis in real time.
 func TestProtection(t *testing.T) {
-	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+	protectiontest.RunProtection(t, func(t *testing.T) ports.Protection {
 		client, prefix := redistest.Client(t), redistest.Prefix(t)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -46,7 +61,7 @@ func TestProtection(t *testing.T) {
 // TestProtectionMiniredis runs the suite on miniredis, whose Lua runs the
 // scripts (as `dispatch dev` would).
 func TestProtectionMiniredis(t *testing.T) {
-	protectiontest.RunProtection(t, func(t *testing.T) protectiontest.ProtectionSet {
+	protectiontest.RunProtection(t, func(t *testing.T) ports.Protection {
 		_, client := redistest.Mini(t)
 		return protectionSet(client, "")
 	}, protectiontest.Features{RateBurst: RateBurst})
@@ -91,11 +106,7 @@ func TestProtectionRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"EVALSHA"}, counter.take(), "a success resets the failures in the script")
 
-	b := NewBreakers(client, prefix)
-	for range cfg.FailureThreshold {
-		_, err := b.Record(ctx, "s", cfg, false, now)
-		require.NoError(t, err)
-	}
+	openBreaker(t, p, "s", cfg, now)
 	counter.take()
 	res, err = p.Admit(ctx, req)
 	require.NoError(t, err)
@@ -108,15 +119,15 @@ func TestProtectionRoundTrips(t *testing.T) {
 	assert.Equal(t, []string{"EVALSHA", "EVALSHA", "EVALSHA"}, counter.take(), "a probe: the script, the breaker's compare-and-set, the script without the breaker")
 }
 
-// TestProtectionKeys checks that Protection uses the separate ports' keys,
-// all in the subscription's hash tag.
+// TestProtectionKeys checks the keys' layout, all in the subscription's
+// hash tag.
 func TestProtectionKeys(t *testing.T) {
 	t.Parallel()
 	p := NewProtection(redistest.Client(t), "pfx:", ProtectionOptions{})
 	breaker, rate, inflight := p.keys("sub_1")
-	assert.Equal(t, NewBreakers(redistest.Client(t), "pfx:").key("sub_1"), breaker)
-	assert.Equal(t, "rate:"+NewRateLimiter(redistest.Client(t), "pfx:").key("sub_1"), rate)
-	assert.Equal(t, NewSemaphore(redistest.Client(t), "pfx:").key("sub_1"), inflight)
+	assert.Equal(t, "pfx:{sub:sub_1}:breaker", breaker)
+	assert.Equal(t, "rate:pfx:{sub:sub_1}:rate", rate)
+	assert.Equal(t, "pfx:{sub:sub_1}:inflight", inflight)
 	for _, k := range []string{breaker, rate, inflight} {
 		assert.Contains(t, k, "{sub:sub_1}")
 		assert.Equal(t, 1, strings.Count(k, "{"), "one hash tag in %q", k)

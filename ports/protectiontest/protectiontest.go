@@ -1,18 +1,17 @@
-// Package protectiontest is the contract test suite of the delivery
-// protections, ports.Breakers, ports.RateLimiter and ports.Semaphore. Every
-// adapter runs it (the watermill pubsub/tests idea): one suite per port,
-// with a Features value for what differs between adapters.
+// Package protectiontest is the contract test suite of ports.Protection.
+// Every adapter runs it (the watermill pubsub/tests idea), with a Features
+// value for what differs between adapters:
 //
-//	func TestSemaphore(t *testing.T) {
-//		protectiontest.RunSemaphore(t, func(t *testing.T) ports.Semaphore { return newSemaphore(t) }, protectiontest.Features{})
+//	func TestProtection(t *testing.T) {
+//		protectiontest.RunProtection(t, func(t *testing.T) ports.Protection { return newProtection(t) },
+//			protectiontest.Features{RateBurst: RateBurst})
 //	}
 //
-// Breakers take the time as an argument, so their suite needs no clock. The
-// rate limiter and the semaphore read their own clock (Redis's TIME, or an
-// injected one); an adapter whose clock the test controls passes the
-// Advance hooks, and the suite checks exact budgets and lease ends.
-// Without them the suite runs in real time with short durations, polling
-// with a deadline, and checks bounds instead.
+// The breaker decides at the time it is given, so its tests need no clock.
+// The rate limit and the slots' leases run by the adapter's own clock
+// (Redis's TIME, or the process's): the suite runs in real time, with
+// budgets and leases long enough not to refill or end during a test, and
+// polls with a deadline for what must happen (a lease ending).
 //
 // Rule of dependency: imports domain, ports, the standard library and
 // testify; no adapter. Adapters import it from their tests.
@@ -22,45 +21,35 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // Features says what an adapter can do for the suite beyond the port.
 type Features struct {
-	// AdvanceRateLimiter, when set, moves the clock l (as the suite's new
-	// function returned it) refills by, by d. The clock must not move by
-	// itself in between: the suite then checks budgets exactly. When nil
-	// the suite uses real time.
-	AdvanceRateLimiter func(t *testing.T, l ports.RateLimiter, d time.Duration)
-	// AdvanceSemaphore, when set, moves the clock s (as the suite's new
-	// function returned it) measures leases by, by d. The clock must not
-	// move by itself in between: the suite then checks lease ends exactly.
-	// When nil the suite uses real time.
-	AdvanceSemaphore func(t *testing.T, s ports.Semaphore, d time.Duration)
-	// RateBurst is the burst the rate limiter documents for perSecond: how
-	// many requests it lets through at once. RunRateLimiter requires it.
+	// RateBurst is the burst the adapter documents for perSecond: how
+	// many requests it lets through at once. Required.
 	RateBurst func(perSecond int) int
 }
 
 // waitFor bounds every poll; generous for a loaded CI machine.
 const waitFor = 10 * time.Second
 
-// Subscriptions the suites use; each test has its own adapter (or key
+// Subscriptions the suite uses; each test has its own adapter (or key
 // prefix), so they never collide between tests.
 const (
 	subA = "sub-a"
 	subB = "sub-b"
 )
 
+// t0 is where breaker tests start; an odd nanosecond count checks that the
+// adapter keeps the breaker's times exactly.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+// longLease outlives every test: a slot taken with it is held until
+// Finish.
+const longLease = time.Minute
+
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*waitFor)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// pollEvery paces polls in real time: often enough to notice a change
-// promptly, rarely enough not to hammer the adapter.
-func pollEvery(expected time.Duration) time.Duration {
-	return min(max(expected/10, time.Millisecond), 20*time.Millisecond)
 }
