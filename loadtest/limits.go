@@ -165,9 +165,7 @@ func hammer(ctx context.Context, n int, d time.Duration, op func(ctx context.Con
 // probeHTTP: Concurrency keep-alive clients POST Payload bytes to a
 // net/http server on 127.0.0.1 that reads the body and answers 204: Go's
 // standard HTTP stack on this machine's loopback, a gauge of the machine
-// that benches have quoted from the start (the API served on net/http
-// until 2026-11-25; it serves on fasthttp since, and the ceilings count a
-// publish as the webhook path's exchange).
+// kept the same from bench to bench so that their figures compare.
 func probeHTTP(ctx context.Context, o LimitsOptions) (Limit, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
