@@ -108,9 +108,8 @@ func startLoops(lc fx.Lifecycle, runs ...func(ctx context.Context)) {
 // concurrency of them may be between their claim and their endpoint's
 // answer (application.Deliver.Requests): a quarter more, to record
 // outcomes and to have the next deliveries read while the requests are
-// under way. Measured in alternating runs (2026-11-24, 13:40 UTC) against
-// handling only concurrency at once: W5 4,371 → 4,561 deliveries/s, W3
-// 6,321 → 6,627, W4 8,507 → 8,596. Requests itself is sized in
+// under way, so that recording an outcome does not take a request's
+// place. Requests itself is sized in
 // coreModule, where the Deliver use case is built. A handler is held
 // past its claim only while its subscription is within its share of
 // Requests (at most half of it): a hanging endpoint keeps no more

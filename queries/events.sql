@@ -101,9 +101,8 @@ SELECT version FROM subscription_version WHERE only_row;
 -- The events' data go as one bytea, @data_blob, each cut out at its
 -- @data_offsets (1-based) for its @data_lengths, not as a bytea[]: pgx
 -- encodes an array element by element into a buffer that it grows a
--- quarter at a time and shrinks again after every statement, ~4 KB
--- allocated for each 1 KiB event, a third of what W1 allocated
--- (docs/performance.md, *An event batch's payloads in one parameter*).
+-- quarter at a time and shrinks again after every statement, several
+-- times each event's size in allocations for the garbage collector.
 WITH current_version AS (
     SELECT version FROM subscription_version
 ), subscribed AS (

@@ -25,11 +25,8 @@ const (
 	// calls that arrive while a batch waits for its WAL flush make the
 	// next batch, twice as big as with two writers, and PostgreSQL
 	// flushes its WAL one flush at a time anyway, so a second writer's
-	// batch mostly waited for the first one's flush. Measured on a machine
-	// whose flush took 1–2 ms under load (docs/performance.md, *One event
-	// writer*): W3 +5–7 %, W1 within the noise, and a quarter less
-	// PostgreSQL CPU per event; where the flush was faster, the same
-	// events/s with a third less of it.
+	// batch mostly waited for the first one's flush: bigger batches for
+	// the same events/s, and less of PostgreSQL's CPU per event.
 	eventWriters = 1
 )
 

@@ -43,10 +43,8 @@ type unprepared struct {
 // parameter and result types per connection, so the parameters go in
 // binary. In exec mode, which needs no description, pgx sends them as
 // text, and PostgreSQL parses each element of every array: FanOut's nine
-// arrays (three of timestamps) for a batch of 50 deliveries took 1.88 ms
-// that way and 1.30–1.44 ms in binary, 500 deliveries 9.5 ms against
-// 7.7–8.3 (BenchmarkCreateDeliveries, 2026-11-24); W4, six alternating
-// pairs, median 11,397 → 11,779 deliveries/s. The cached types hold as
+// arrays (three of timestamps) make a batch noticeably slower that way
+// (BenchmarkCreateDeliveries shows it). The cached types hold as
 // long as the schema does: every parameter is cast in the query's text,
 // and migrations run before a role starts. Without a description cache
 // (description_cache_capacity=0 in the DSN) they run in exec mode; a pool

@@ -18,10 +18,9 @@ import (
 // runs it, and each backend loads the catalog entries of the tables the
 // statement touches and makes its plan. The group-committed statements run
 // one batch at a time behind each other, so every call arriving meanwhile
-// waits for that too: right after a start, the first claims took ~22 ms
-// instead of well under one, and a publish stream of 1,000 events/s took a
-// third of a second to get down to its usual latency, with deliveries at
-// 50–150 ms in it. WarmIngest and WarmDeliveries do that work before the
+// waits for that too: right after a start, the first claims take tens of
+// milliseconds instead of well under one, and the deliveries behind them
+// wait as long. WarmIngest and WarmDeliveries do that work before the
 // process takes traffic, so a deploy or a new replica does not show up in
 // the latency.
 
@@ -71,9 +70,7 @@ func (s *Store) WarmDeliveries(ctx context.Context) error {
 // up to date) prepared and their backends' catalogs loaded. The stage's insert
 // (FanOut) is planned with each batch's values, so there is nothing to
 // prepare for it. Without this, the first events fanned out after a start
-// waited for the dials and the preparing: at 2 events/s with 20
-// subscriptions, the first second's deliveries arrived at p99 35–43 ms
-// unwarmed against 27–33 warmed (eight alternating pairs).
+// wait for the dials and the preparing.
 func (s *Store) WarmFanOut(ctx context.Context, handlers int) error {
 	err := onConnections(ctx, s.pool, handlers, func(q *sqlcgen.Queries) error {
 		_, eventsErr := q.GetEvents(ctx, []string{})

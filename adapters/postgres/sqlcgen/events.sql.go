@@ -386,9 +386,8 @@ type InsertEventsFannedOutRow struct {
 // The events' data go as one bytea, @data_blob, each cut out at its
 // @data_offsets (1-based) for its @data_lengths, not as a bytea[]: pgx
 // encodes an array element by element into a buffer that it grows a
-// quarter at a time and shrinks again after every statement, ~4 KB
-// allocated for each 1 KiB event, a third of what W1 allocated
-// (docs/performance.md, *An event batch's payloads in one parameter*).
+// quarter at a time and shrinks again after every statement, several
+// times each event's size in allocations for the garbage collector.
 func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFannedOutParams) (InsertEventsFannedOutRow, error) {
 	row := q.db.QueryRow(ctx, insertEventsFannedOut,
 		arg.SubscriptionIds,
