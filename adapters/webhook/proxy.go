@@ -84,21 +84,6 @@ const proxyKeepAlive = 30 * time.Second
 // The TLS handshake that follows still speaks to the name (SNI and
 // certificate), as does the request's Host.
 func (p OutboundProxy) dialThrough(policy Policy) fasthttp.DialFuncWithTimeout {
-	var socks proxy.ContextDialer
-	if p.url.Scheme == "socks5" {
-		// golang.org/x/net/proxy, which fasthttpproxy's SOCKS5 dialer wraps,
-		// called with a context here: fasthttpproxy's own dialer gives the
-		// SOCKS handshake no deadline, so a proxy that accepts and then
-		// stalls would hold a send past its timeout, forever.
-		d, err := proxy.FromURL(p.url, &net.Dialer{KeepAlive: proxyKeepAlive})
-		if cd, ok := d.(proxy.ContextDialer); err == nil && ok {
-			socks = cd
-		} else { // cannot happen for a URL ParseOutboundProxy accepted
-			return func(string, time.Duration) (net.Conn, error) {
-				return nil, errors.New("webhook: outbound proxy: socks5 dialer unavailable")
-			}
-		}
-	}
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -107,8 +92,8 @@ func (p OutboundProxy) dialThrough(policy Policy) fasthttp.DialFuncWithTimeout {
 			return nil, err
 		}
 		var conn net.Conn
-		if socks != nil {
-			conn, err = socks.DialContext(ctx, "tcp", target)
+		if p.url.Scheme == "socks5" {
+			conn, err = p.socks(ctx, target)
 		} else {
 			conn, err = p.connect(target, time.Until(deadlineOf(ctx)))
 		}
@@ -147,6 +132,44 @@ func (p OutboundProxy) connect(target string, timeout time.Duration) (net.Conn, 
 		return nil, err
 	}
 	return dial(target)
+}
+
+// socks opens a SOCKS5 tunnel to target with golang.org/x/net/proxy, the
+// library fasthttpproxy's SOCKS5 dialer wraps, called here with the
+// request's deadline: fasthttpproxy's own dialer gives the SOCKS handshake
+// no deadline, so a proxy that accepts and then stalls would hold a send
+// forever. It returns the TCP connection to the proxy itself rather than
+// the library's wrapper, which only adds the address the proxy bound, so
+// that checkedConn can peek at it.
+func (p OutboundProxy) socks(ctx context.Context, target string) (net.Conn, error) {
+	forward := &socksForward{}
+	d, err := proxy.FromURL(p.url, forward)
+	if err != nil {
+		return nil, err
+	}
+	cd, ok := d.(proxy.ContextDialer)
+	if !ok {
+		return nil, errors.New("socks5 dialer takes no context")
+	}
+	if _, err := cd.DialContext(ctx, "tcp", target); err != nil {
+		return nil, err
+	}
+	return forward.conn, nil
+}
+
+// socksForward dials the SOCKS5 proxy and keeps the connection, which
+// carries the tunnel as it is once the handshake is done.
+type socksForward struct{ conn net.Conn }
+
+func (f *socksForward) Dial(network, addr string) (net.Conn, error) {
+	return f.DialContext(context.Background(), network, addr)
+}
+
+func (f *socksForward) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{KeepAlive: proxyKeepAlive}
+	c, err := d.DialContext(ctx, network, addr)
+	f.conn = c
+	return c, err
 }
 
 // checkedTarget resolves addr's host, refuses it unless policy permits

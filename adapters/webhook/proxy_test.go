@@ -423,3 +423,32 @@ func TestParseOutboundProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestSendThroughTheProxyGoesAgainOnAConnectionTheEndpointClosed: when the
+// endpoint closes kept-alive connections while they idle, the proxy closes
+// its side of each tunnel, and the next sends go out on fresh tunnels
+// rather than fail (see TestSendGoesAgainOnAConnectionTheEndpointClosed).
+func TestSendThroughTheProxyGoesAgainOnAConnectionTheEndpointClosed(t *testing.T) {
+	t.Parallel()
+	for _, kind := range proxyKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 8
+			var hits atomic.Int64
+			e := startEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				hits.Add(1)
+			}, func(srv *http.Server) { srv.IdleTimeout = 10 * time.Millisecond })
+			p := kind.start(t, "", false)
+			s := proxySender(t, p.url, loopbackAllowed)
+			for range 3 {
+				sendAtOnce(t, s, e.URL, n)
+				require.Eventually(t, func() bool { // the endpoint closes every one while they idle
+					return e.closedConns.Load() == e.newConns.Load()
+				}, 5*time.Second, time.Millisecond)
+				time.Sleep(webhook.PeekAfterIdle) // quiet long enough to be checked before use
+			}
+			assert.Equal(t, int64(3*n), hits.Load(), "each send reached the endpoint once")
+		})
+	}
+}
