@@ -74,6 +74,11 @@ type Config struct {
 	// such as 10.20.0.0/16 for endpoints on an internal network. Checked at
 	// create/update and at every connection, like the guard itself.
 	AllowedTargets []netip.Prefix
+	// OutboundProxy is the HTTP (CONNECT) or SOCKS5 proxy every delivery
+	// goes out through, for a fixed egress address; the zero value
+	// connects to endpoints directly. The SSRF guard still checks the
+	// endpoints' addresses, and the proxy is asked for them by address.
+	OutboundProxy webhook.OutboundProxy
 	// SchedulerPollInterval is the pause between scheduler scans; a tenth of
 	// it after a scan that took a whole batch (application.Schedule.Run).
 	SchedulerPollInterval time.Duration
@@ -127,6 +132,8 @@ type Config struct {
 	EncryptionKeys string
 
 	envErr error
+	// outboundProxyErr is why OutboundProxy's value was refused (proxyValue).
+	outboundProxyErr error
 	// asyncCommits is set by roles that write only state a database crash
 	// may lose (worker, scheduler); see postgres.AsyncCommits.
 	asyncCommits bool
@@ -195,6 +202,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*listValue)(&c.APIKeys), "api-keys", "comma-separated accepted API keys")
 	parse((*boolValue)(&c.AllowPrivateTargets), "allow-private-targets", "let subscriptions target loopback and private addresses")
 	parse((*prefixListValue)(&c.AllowedTargets), "allowed-targets", "comma-separated CIDR ranges and IP addresses subscriptions may target although the SSRF guard refuses them")
+	parse(proxyValue{&c.OutboundProxy, &c.outboundProxyErr}, "outbound-proxy", "proxy every delivery goes out through: http://[user:password@]host:port (CONNECT) or socks5://[user:password@]host:port (none: direct)")
 	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans; a tenth of it after a scan that took a whole batch")
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
@@ -250,6 +258,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.TargetPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("allowed-targets: %w", err))
+	}
+	if c.outboundProxyErr != nil { // never the value: it may hold a password
+		errs = append(errs, fmt.Errorf("outbound-proxy ($DISPATCH_OUTBOUND_PROXY): %w", c.outboundProxyErr))
 	}
 	errs = append(errs, c.encryptionKeysError())
 	return errors.Join(errs...)
@@ -308,6 +319,25 @@ func (v *prefixListValue) Set(s string) error {
 		return err
 	}
 	*v = prefixes
+	return nil
+}
+
+// proxyValue parses with webhook.ParseOutboundProxy. Set never fails, and
+// keeps the error for Validate instead: the flag package would quote the
+// refused value, password included.
+type proxyValue struct {
+	proxy *webhook.OutboundProxy
+	err   *error
+}
+
+func (v proxyValue) String() string {
+	if v.proxy == nil { // the flag package's zero value
+		return ""
+	}
+	return v.proxy.String()
+}
+func (v proxyValue) Set(s string) error {
+	*v.proxy, *v.err = webhook.ParseOutboundProxy(s)
 	return nil
 }
 

@@ -219,7 +219,7 @@ func newSender(cfg Config) ports.Sender {
 // flight, since all of them can be to one host: a send that finds every
 // connection busy waits for one.
 func senderOptions(cfg Config) webhook.SenderOptions {
-	return webhook.SenderOptions{Policy: cfg.TargetPolicy(), MaxConnsPerHost: cfg.WorkerConcurrency}
+	return webhook.SenderOptions{Policy: cfg.TargetPolicy(), MaxConnsPerHost: cfg.WorkerConcurrency, Proxy: cfg.OutboundProxy}
 }
 
 func newGuard(cfg Config) ports.EndpointGuard {

@@ -57,6 +57,9 @@ type SenderOptions struct {
 	// DefaultTimeout applies to requests whose Timeout is 0. 0 means
 	// DefaultTimeout.
 	DefaultTimeout time.Duration
+	// Proxy, unless zero, is the proxy every delivery goes out through;
+	// the Policy still applies to the endpoints' addresses.
+	Proxy OutboundProxy
 }
 
 // Validate reports the first invalid option.
@@ -98,32 +101,14 @@ func NewSender(opts SenderOptions) *Sender {
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = DefaultTimeout
 	}
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	if !opts.Policy.AllowPrivate {
-		policy := Policy{Allowed: slices.Clone(opts.Policy.Allowed)} // the caller may reuse its slice
-		dialer.Control = policy.controlDial
+	policy := Policy{AllowPrivate: opts.Policy.AllowPrivate, Allowed: slices.Clone(opts.Policy.Allowed)} // the caller may reuse its slice
+	dial := directDial(policy)
+	if !opts.Proxy.IsZero() {
+		dial = opts.Proxy.dialThrough(policy)
 	}
 	return &Sender{
 		client: &fasthttp.Client{
-			// Dialling through net.Dialer keeps Go's resolver and the
-			// guard, which sees each address after resolution. There is
-			// no proxy: the guard must see the endpoint's own address.
-			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-				if dialer.Control != nil {
-					// Such a host resolves differently from machine to
-					// machine; the guard cannot know what it checks.
-					if host, _, err := net.SplitHostPort(addr); err != nil || domain.AmbiguousNumericHost(host) {
-						return nil, errDialRefused
-					}
-				}
-				d := *dialer
-				d.Timeout = timeout // what is left of the request's time
-				c, err := d.Dial("tcp", addr)
-				if err != nil {
-					return nil, err
-				}
-				return newCheckedConn(c), nil
-			},
+			DialTimeout:         dial,
 			TLSConfig:           &tls.Config{MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(0)},
 			MaxConnsPerHost:     opts.MaxConnsPerHost,
 			MaxConnWaitTimeout:  24 * time.Hour, // bounded by each request's timeout
@@ -144,6 +129,32 @@ func NewSender(opts SenderOptions) *Sender {
 			MaxIdemponentCallAttempts: opts.MaxConnsPerHost + 2,
 		},
 		defaultTimeout: opts.DefaultTimeout,
+	}
+}
+
+// directDial connects to endpoints itself. Dialling through net.Dialer
+// keeps Go's resolver and the guard, which sees each address after
+// resolution.
+func directDial(policy Policy) fasthttp.DialFuncWithTimeout {
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	if !policy.AllowPrivate {
+		dialer.Control = policy.controlDial
+	}
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		if dialer.Control != nil {
+			// Such a host resolves differently from machine to machine;
+			// the guard cannot know what it checks.
+			if host, _, err := net.SplitHostPort(addr); err != nil || domain.AmbiguousNumericHost(host) {
+				return nil, errDialRefused
+			}
+		}
+		d := *dialer
+		d.Timeout = timeout // what is left of the request's time
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return newCheckedConn(c), nil
 	}
 }
 
@@ -275,9 +286,10 @@ func (e *addressFree) Unwrap() error { return e.err }
 // an OpError's source and destination ("dial tcp 10.0.0.7:443: ...") and
 // a DNSError's server ("lookup h on 10.0.0.2:53: ...").
 func withoutAddresses(err error) error {
+	var free *addressFree // told already, by the proxy's dial
 	var op *net.OpError
 	var dns *net.DNSError
-	if !errors.As(err, &op) && !errors.As(err, &dns) {
+	if errors.As(err, &free) || !errors.As(err, &op) && !errors.As(err, &dns) {
 		return err
 	}
 	return &addressFree{text: describeWithoutAddresses(err), err: err}

@@ -28,6 +28,15 @@ var errStaleConn = errors.New("kept-alive connection was closed by the endpoint"
 // connections within milliseconds. An endpoint that hangs up right after
 // answering can do so after a peek just as well; the first try's EOF or
 // reset sends such a request once more (retryStale).
+//
+// fasthttp's own retry (Client.RetryIfErr, MaxIdemponentCallAttempts)
+// cannot replace the peek: it is not told whether the failed connection
+// came from the pool, so it cannot tell a connection that died while idle
+// from an endpoint that hangs up on a fresh one. With the peek off,
+// TestSendGoesAgainOnAConnectionTheEndpointClosed loses sends that meet a
+// second closed connection when retrying once, and retrying every such
+// failure sends a request to an endpoint that always hangs up once per
+// allowed attempt instead of twice (TestSendTriesTwiceAnEndpointThatHangsUp).
 type checkedConn struct {
 	net.Conn
 	raw syscall.RawConn // nil when the connection cannot be peeked at
