@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/valyala/fasthttp"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
@@ -245,21 +244,9 @@ func newReady(store ports.Store, queue ports.Queue) Ready {
 
 // HTTPServer is a listening HTTP server owned by the fx lifecycle.
 type HTTPServer struct {
-	srv server
+	srv *http.Server
 	ln  net.Listener
 }
-
-// server is what an HTTPServer runs: net/http's server, or fasthttp's
-// (the API's) as fastServer.
-type server interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-}
-
-// fastServer is fasthttp's server with Shutdown taking a context.
-type fastServer struct{ *fasthttp.Server }
-
-func (s fastServer) Shutdown(ctx context.Context) error { return s.ShutdownWithContext(ctx) }
 
 // Addr is the address the server listens on (useful with port 0).
 func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
@@ -269,7 +256,7 @@ func serveHTTP(lc fx.Lifecycle, addr string, handler http.Handler, log *slog.Log
 	return serve(lc, addr, &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, log)
 }
 
-func serve(lc fx.Lifecycle, addr string, srv server, log *slog.Logger) *HTTPServer {
+func serve(lc fx.Lifecycle, addr string, srv *http.Server, log *slog.Logger) *HTTPServer {
 	s := &HTTPServer{srv: srv}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
@@ -309,7 +296,7 @@ func newAPIServer(lc fx.Lifecycle, cfg Config, log *slog.Logger, reg *prometheus
 		httpapi.UseCases{Ingest: ingest, Subscriptions: subs, Events: events, Deliveries: deliveries, Ready: ready,
 			ReadyWarnings: warnings, EventAccepted: m.EventReceived}, log)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return &APIServer{serve(lc, cfg.ListenAddr, fastServer{httpapi.NewServer(api, mux, log)}, log)}
+	return &APIServer{serve(lc, cfg.ListenAddr, httpapi.NewServer(api, mux, log), log)}
 }
 
 // adminModule serves /health, /ready and /metrics for worker and scheduler

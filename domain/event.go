@@ -50,7 +50,8 @@ type NewEventInput struct {
 	OrderingKey    string
 	IdempotencyKey string
 	// DataChecked says Data is known to be well-formed JSON: its caller has
-	// scanned it already (the API's publish fast path). NewEvent then keeps
+	// scanned it already (the API has: encoding/json validates a
+	// body whole before it decodes it). NewEvent then keeps
 	// Data as it is, unless it holds insignificant whitespace, instead of
 	// scanning it a second time. Data that is not well-formed must never be
 	// passed with DataChecked: webhooks embed it as is.

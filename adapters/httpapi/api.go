@@ -58,17 +58,11 @@ type handlers struct {
 	accepted      func()
 	log           *slog.Logger
 	maxEventBytes int64
-	// slowPublish turns the publish fast path off (tests compare the two).
-	slowPublish bool
 }
 
 // New registers every operation on mux and returns the huma API (for the
 // OpenAPI document, and for NewServer to serve it).
 func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API {
-	return newAPI(mux, cfg, uc, log, false)
-}
-
-func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowPublish bool) huma.API {
 	hc := huma.DefaultConfig("Dispatch", cfg.Version)
 	hc.Info.Description = "Dispatch delivers events to subscribed HTTPS endpoints: signed (Standard Webhooks), " +
 		"retried, rate-limited, ordered where asked, and never lost."
@@ -78,11 +72,11 @@ func newAPI(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger, slowP
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key from DISPATCH_API_KEYS."},
 	}
 	log = slog.New(requestLog{log.Handler()})
-	adapter := &capturingAdapter{Adapter: humago.NewAdapter(mux, "")}
+	adapter := &boundedAdapter{Adapter: humago.NewAdapter(mux, "")}
 	api := huma.NewAPI(hc, adapter)
 	h := &handlers{
 		ingest: uc.Ingest, subscriptions: uc.Subscriptions, events: uc.Events, deliveries: uc.Deliveries, ready: uc.Ready, readyWarnings: uc.ReadyWarnings, accepted: uc.EventAccepted,
-		log: log, maxEventBytes: cfg.MaxEventBytes, slowPublish: slowPublish,
+		log: log, maxEventBytes: cfg.MaxEventBytes,
 	}
 	if h.maxEventBytes <= 0 {
 		h.maxEventBytes = DefaultMaxEventBytes

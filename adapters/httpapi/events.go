@@ -144,18 +144,15 @@ type attemptsOutput struct {
 func (h *handlers) registerEvents(api huma.API) {
 	tags := []string{"Events"}
 	huma.Register(api, huma.Operation{
-		OperationID: "publish-event", Method: http.MethodPost, Path: "/v1/events",
+		OperationID: publishOperation, Method: http.MethodPost, Path: publishPath,
 		Summary: "Publish an event", DefaultStatus: http.StatusAccepted, Tags: tags,
 		Description: "Commits the event durably and queues it for delivery to every matching subscription. " +
 			"202 means the event is committed. With an idempotency key seen before, answers 200 with the original event.",
 		MaxBodyBytes: h.maxEventBytes,
-		// Bodies huma would accept as they are skip huma's generic decoding
-		// (publish_fast.go); every other request takes huma's own path.
-		Middlewares: h.fastPublishMiddlewares(api),
-		Responses:   map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
-		Errors:      []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
+		Responses:    map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
+		Errors:       []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
 	}, func(ctx context.Context, in *publishInput) (*publishOutput, error) {
-		return h.publish(ctx, in.Body, false, in.IdempotencyKey, in.XIdempotencyKey)
+		return h.publish(ctx, in.Body, in.IdempotencyKey, in.XIdempotencyKey)
 	})
 
 	huma.Register(api, huma.Operation{
@@ -203,16 +200,18 @@ func (h *handlers) registerEvents(api huma.API) {
 	})
 }
 
-// publish is the publish operation, whichever path decoded the request.
-// dataChecked says the path scanned body.Data as well-formed JSON itself.
-func (h *handlers) publish(ctx context.Context, body PublishBody, dataChecked bool, idempotencyKey, xIdempotencyKey string) (*publishOutput, error) {
+// publish is the publish operation.
+func (h *handlers) publish(ctx context.Context, body PublishBody, idempotencyKey, xIdempotencyKey string) (*publishOutput, error) {
 	key := idempotencyKey
 	if key == "" {
 		key = xIdempotencyKey
 	}
 	res, err := h.ingest.Publish(ctx, domain.NewEventInput{
 		Type: body.Type, Source: body.Source, Data: []byte(body.Data),
-		OrderingKey: body.OrderingKey, IdempotencyKey: key, DataChecked: dataChecked,
+		OrderingKey: body.OrderingKey, IdempotencyKey: key,
+		// encoding/json checked the whole body before it handed Data
+		// over: NewEvent need not scan it again when it is compact.
+		DataChecked: true,
 	})
 	if err != nil {
 		return nil, problem(ctx, h.log, err)

@@ -14,10 +14,9 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 )
 
-// What every API request gets, whichever transport serves it: an id
-// (X-Request-Id), a deadline that reaches PostgreSQL through its context,
-// its key checked before its body is read, a bounded body, and one line
-// in the access log.
+// What every API request gets: an id (X-Request-Id), a deadline that
+// reaches PostgreSQL through its context, its key checked before its body
+// is read, a bounded body, and one line in the access log.
 
 // DefaultMaxBodyBytes bounds the body of every route but publish.
 const DefaultMaxBodyBytes = 1 << 20
@@ -110,26 +109,6 @@ func (h requestLog) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h requestLog) WithGroup(name string) slog.Handler { return requestLog{h.Handler.WithGroup(name)} }
 
-// methodName is method as a string, without an allocation for the
-// common ones.
-func methodName(method []byte) string {
-	switch string(method) {
-	case http.MethodGet:
-		return http.MethodGet
-	case http.MethodPost:
-		return http.MethodPost
-	case http.MethodPatch:
-		return http.MethodPatch
-	case http.MethodDelete:
-		return http.MethodDelete
-	case http.MethodPut:
-		return http.MethodPut
-	case http.MethodHead:
-		return http.MethodHead
-	}
-	return string(method)
-}
-
 // keyring holds the accepted API keys as SHA-256 digests, compared in
 // constant time, so neither a key's content nor its length leaks through
 // timing.
@@ -168,7 +147,7 @@ func (k keyring) check(authorization string) (id string, ok bool) {
 }
 
 // needsKey tells whether a path is the API's, behind the key.
-func needsKey[P string | []byte](path P) bool { return len(path) >= 4 && string(path[:4]) == "/v1/" }
+func needsKey(path string) bool { return strings.HasPrefix(path, "/v1/") }
 
 // refuseKey answers a request without an accepted key.
 func refuseKey(api huma.API, ctx huma.Context) {
@@ -230,7 +209,7 @@ const (
 // A /v1 request with a body needs its key first; then a declared length
 // over the route's limit is refused. A chunked body is cut at the limit
 // by whoever reads it.
-func (b *bounds) admit(path []byte, publish bool, contentLength int64, authorization []byte, rec *requestRecord) refusal {
+func (b *bounds) admit(path string, publish bool, contentLength int64, authorization string, rec *requestRecord) refusal {
 	if contentLength == 0 || contentLength < -1 {
 		return admitted
 	}
@@ -238,7 +217,7 @@ func (b *bounds) admit(path []byte, publish bool, contentLength int64, authoriza
 	// A publish's key is checked by requireKey, before its body is read,
 	// unless the body is refused here.
 	if needsKey(path) && (!publish || over) {
-		id, ok := b.keys.check(string(authorization))
+		id, ok := b.keys.check(authorization)
 		if !ok {
 			return refusedKey
 		}

@@ -61,7 +61,7 @@ func (b *logBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-// loggedServer serves the API on fasthttp, as the api role does, on a
+// loggedServer serves the API on NewServer, as the api role does, on a
 // memory store whose events are never enqueued, logging as JSON to logs.
 func loggedServer(t *testing.T) (base string, logs *logBuffer) {
 	t.Helper()
@@ -86,8 +86,8 @@ func loggedServer(t *testing.T) (base string, logs *logBuffer) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		if err := errors.Join(srv.Shutdown(), <-served); err != nil {
-			t.Errorf("fasthttp server: %v", err)
+		if err := errors.Join(srv.Shutdown(context.Background()), <-served); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("HTTP server: %v", err)
 		}
 	})
 	return "http://" + ln.Addr().String(), logs
