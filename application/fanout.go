@@ -49,8 +49,7 @@ const DefaultFanOutTries = 3
 // second of work at the highest rates measured, several times what a
 // held-back batch takes to be read, matched and written, so workers do not
 // run dry; small enough that a burst's fan-out stops competing with the
-// first deliveries soon (docs/performance.md, *Fan-out waits for the
-// workers*).
+// first deliveries soon.
 const DefaultFanOutMaxUnread = 4096
 
 // backlogPoll is how often a held-back fan-out looks at the stream again.

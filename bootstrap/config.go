@@ -28,14 +28,10 @@ const (
 	// delivery's way from its claim to its endpoint's answer passes through
 	// batches (the claim's, the protection's) that fill as more deliveries
 	// wait in them: under load that way takes tens of milliseconds, and with
-	// 256 deliveries at once a worker could not keep both cores busy. In
-	// runs on 2026-11-24 at 20:54–21:04 UTC (docs/performance.md, *How many
-	// deliveries a worker holds*): W4 9,993–10,178 deliveries/s at 256 against
-	// 10,997–11,441 at 1,024; W3 with four workers 5,836 / 6,016 against
-	// 6,236 / 6,169; W3 with one worker kept pace with ingest instead of
-	// falling behind it (accepted→received p50 29–35 ms instead of 0.9–1.1
-	// s). It costs memory: the worker's peak RSS went from 47 to 75–86 MiB
-	// in W3 and from 83 to 115–131 MiB in W4.
+	// 256 deliveries at once a worker could not keep two cores busy (W4 and
+	// W3 delivered about 10 % more at 1,024, and one worker kept pace with
+	// ingest in W3 instead of falling behind it). It costs memory: about
+	// 30 MiB more of a worker's peak RSS.
 	DefaultConcurrency   = 1024
 	DefaultMaxEventBytes = 256 << 10
 	// DefaultMaxBodyBytes and DefaultRequestTimeout are the API's own.

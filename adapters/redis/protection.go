@@ -82,12 +82,9 @@ type ProtectionOptions struct {
 // protectionScript); the breaker's compare-and-set stays one call each.
 // The Admits of one batch to one subscription with the same limits go in
 // one call of protection_admit.lua, which reads and writes the breaker,
-// the rate limit and the lease set once for all of them: with one
-// subscription taking most of the traffic (W3), Redis spent 0.12 cores
-// instead of 0.17 and the load test delivered 7,341–8,402 deliveries/s
-// instead of 6,869–7,819 (three alternating pairs, 2026-11-24 at 21:47
-// UTC); W4's fifty subscriptions share less (Redis 0.24 → 0.20 cores,
-// deliveries/s within noise). Likewise the Finishes of one batch to one
+// the rate limit and the lease set once for all of them, which is what a
+// subscription taking most of the traffic needs (Redis then does one
+// script's work per batch, not per delivery). Likewise the Finishes of one batch to one
 // subscription go in one call of protection_finish.lua.
 //
 // After a failed call it rests for RetryInterval (see ErrProtectionResting).

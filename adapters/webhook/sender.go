@@ -80,7 +80,8 @@ func (o SenderOptions) Validate() error {
 // reads its answer in the sending goroutine. net/http's transport hands
 // each request to a writer and a reader goroutine of its connection; on a
 // loaded machine those hand-offs cost more CPU than the exchange itself
-// (see docs/performance.md). Requests go out over HTTP/1.1
+// (16 µs, 1.6 KB, 20 allocations a request here against 20 µs, 6.9 KB,
+// 78 on net/http). Requests go out over HTTP/1.1
 // with keep-alive.
 //
 // It is safe for concurrent use; CloseIdleConnections releases the kept
