@@ -3,6 +3,8 @@ package httpapi
 import (
 	"cmp"
 	"context"
+	segjson "github.com/segmentio/encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -67,6 +69,7 @@ func New(mux *http.ServeMux, cfg Config, uc UseCases, log *slog.Logger) huma.API
 	hc.Info.Description = "Dispatch delivers events to subscribed HTTPS endpoints: signed (Standard Webhooks), " +
 		"retried, rate-limited, ordered where asked, and never lost."
 	hc.OpenAPIPath = "/openapi"
+	hc.Formats = map[string]huma.Format{"application/json": jsonFormat, "json": jsonFormat}
 	hc.DocsPath = "/docs"
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key from DISPATCH_API_KEYS."},
@@ -141,4 +144,16 @@ func (h *handlers) registerHealth(api huma.API) {
 		out.Body.Warnings = h.readyWarnings
 		return out, nil
 	})
+}
+
+// jsonFormat is huma's JSON format on segmentio/encoding's drop-in
+// encoding/json: the same answers, in about half the time for a publish,
+// which is mostly an event's data read once and written back once.
+var jsonFormat = huma.Format{
+	Marshal: func(w io.Writer, v any) error {
+		enc := segjson.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(v)
+	},
+	Unmarshal: segjson.Unmarshal,
 }

@@ -272,6 +272,48 @@ func TestPublishAndIdempotentReplay(t *testing.T) {
 	}
 }
 
+// A publish body is decoded once, by hand (publishInput.Resolve), so this
+// checks what huma's schema validation would answer.
+func TestPublishBodyIsCheckedAsItsSchemaSays(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	for _, tt := range []struct {
+		name, body, contentType string
+		status                  int
+		location                string
+	}{
+		{"the schema link huma's answers carry", `{"$schema":"https://x/schemas/PublishBody.json","type":"a","source":"s","data":{}}`, "application/json", 202, ""},
+		{"a +json content type", `{"type":"a","source":"s","data":{}}`, "application/vnd.api+json; charset=utf-8", 202, ""},
+		{"an unknown field", `{"type":"a","source":"s","data":{},"extra":1}`, "application/json", 422, "body.extra"},
+		{"a field of the wrong type", `{"type":"a","source":["s"],"data":{}}`, "application/json", 422, "body.source"},
+		{"a body that is not an object", `[1]`, "application/json", 422, "body"},
+		{"a second value after the body", `{"type":"a","source":"s","data":{}} {}`, "application/json", 400, "body"},
+		{"malformed JSON", `{"type":"a",}`, "application/json", 400, "body"},
+		{"XML", `<event/>`, "application/xml", 415, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", s.URL+"/v1/events", strings.NewReader(tt.body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", tt.contentType)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var got struct {
+				Errors []struct{ Location string } `json:"errors"`
+			}
+			_ = json.NewDecoder(res.Body).Decode(&got)
+			if res.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d (%+v)", res.StatusCode, tt.status, got)
+			}
+			if tt.location != "" && (len(got.Errors) != 1 || got.Errors[0].Location != tt.location) {
+				t.Errorf("errors = %+v, want one at %s", got.Errors, tt.location)
+			}
+		})
+	}
+}
+
 func TestHealthNeedsNoKey(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

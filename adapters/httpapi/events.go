@@ -2,7 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	segjson "github.com/segmentio/encoding/json"
 	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -109,10 +115,70 @@ type PublishBody struct {
 	OrderingKey string    `json:"ordering_key,omitempty" maxLength:"256" doc:"Orders deliveries of subscriptions whose ordering_key is /ordering_key."`
 }
 
+// publishInput takes the body raw and decodes it once, in Resolve: huma
+// would decode a typed Body twice (into a map to validate it against the
+// schema, then into the struct), and a publish is mostly its data. The
+// checks the schema states are NewEvent's, which answer 422 by field; the
+// document still shows PublishBody (registerEvents).
 type publishInput struct {
 	IdempotencyKey  string `header:"Idempotency-Key" maxLength:"256" doc:"Publishing again with the same key returns the first event."`
 	XIdempotencyKey string `header:"X-Idempotency-Key" maxLength:"256" doc:"Alias of Idempotency-Key."`
-	Body            PublishBody
+	RawBody         []byte
+	body            PublishBody
+}
+
+// Resolve decodes the body as huma would validate it: 415 for a body
+// that is not JSON, 400 for malformed JSON, 422 for a field of the wrong
+// type or one the schema does not have.
+func (in *publishInput) Resolve(ctx huma.Context) []error {
+	if ct := ctx.Header("Content-Type"); ct != "" && !isJSON(ct) {
+		return []error{&statusDetail{http.StatusUnsupportedMediaType, huma.ErrorDetail{Location: "body", Message: "unknown content type: " + ct}}}
+	}
+	var body struct {
+		PublishBody
+		Schema string `json:"$schema"` // huma's link to the schema, as its responses carry it
+	}
+	rest, err := segjson.Parse(in.RawBody, &body, segjson.DisallowUnknownFields)
+	if err == nil && len(rest) > 0 {
+		err = errors.New("invalid character after top-level value")
+	}
+	if err == nil {
+		in.body = body.PublishBody
+		return nil
+	}
+	var mistyped *json.UnmarshalTypeError
+	if errors.As(err, &mistyped) {
+		return []error{&huma.ErrorDetail{
+			Location: strings.TrimSuffix("body."+strings.TrimPrefix(mistyped.Field, "PublishBody."), "."),
+			Message:  "expected " + mistyped.Type.Kind().String() + ", got " + mistyped.Value,
+		}}
+	}
+	// The decoder names an unknown field only in its message.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field, _ := strconv.Unquote(name)
+		return []error{&huma.ErrorDetail{Location: "body." + field, Message: "unexpected property"}}
+	}
+	return []error{&statusDetail{http.StatusBadRequest, huma.ErrorDetail{Location: "body", Message: err.Error()}}}
+}
+
+// statusDetail is an error detail that sets the answer's status (huma's
+// StatusError), as huma answers a body it cannot parse: 400 or 415, where
+// a detail alone answers 422.
+type statusDetail struct {
+	status int
+	detail huma.ErrorDetail
+}
+
+func (e *statusDetail) Error() string                  { return e.detail.Error() }
+func (e *statusDetail) ErrorDetail() *huma.ErrorDetail { return &e.detail }
+func (e *statusDetail) GetStatus() int                 { return e.status }
+
+// isJSON reports whether a Content-Type names JSON, as huma's own formats
+// match it: application/json or any +json type, with parameters.
+func isJSON(contentType string) bool {
+	media, _, _ := strings.Cut(contentType, ";")
+	media = strings.ToLower(strings.TrimSpace(media))
+	return media == "application/json" || strings.HasSuffix(media, "+json")
 }
 
 type publishOutput struct {
@@ -149,11 +215,19 @@ func (h *handlers) registerEvents(api huma.API) {
 		Description: "Commits the event durably and queues it for delivery to every matching subscription. " +
 			"202 means the event is committed. With an idempotency key seen before, answers 200 with the original event.",
 		MaxBodyBytes: h.maxEventBytes,
-		Responses:    map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
-		Errors:       []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
+		// The document shows PublishBody; publishInput.Resolve decodes it.
+		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{"application/json": {
+			Schema: api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[PublishBody](), true, "PublishBody"),
+		}}},
+		SkipValidateBody: true,
+		Responses:        map[string]*huma.Response{"200": {Description: "The event first published with this idempotency key.", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/Event"}}}}},
+		Errors:           []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError},
 	}, func(ctx context.Context, in *publishInput) (*publishOutput, error) {
-		return h.publish(ctx, in.Body, in.IdempotencyKey, in.XIdempotencyKey)
+		return h.publish(ctx, in.body, in.IdempotencyKey, in.XIdempotencyKey)
 	})
+	// RawBody adds a binary media type to the document; the body is JSON
+	// only.
+	delete(api.OpenAPI().Paths[publishPath].Post.RequestBody.Content, "application/octet-stream")
 
 	huma.Register(api, huma.Operation{
 		OperationID: "get-event", Method: http.MethodGet, Path: "/v1/events/{id}",
@@ -209,7 +283,7 @@ func (h *handlers) publish(ctx context.Context, body PublishBody, idempotencyKey
 	res, err := h.ingest.Publish(ctx, domain.NewEventInput{
 		Type: body.Type, Source: body.Source, Data: []byte(body.Data),
 		OrderingKey: body.OrderingKey, IdempotencyKey: key,
-		// encoding/json checked the whole body before it handed Data
+		// The decoder checked the whole body before it handed Data
 		// over: NewEvent need not scan it again when it is compact.
 		DataChecked: true,
 	})
