@@ -29,7 +29,7 @@ const slotWait = 100 * time.Millisecond
 // postponing it without an attempt when one says no; sign and POST the
 // webhook; classify the answer; record the attempt and the outcome.
 type Deliver struct {
-	Deliveries    ports.DeliveryStore
+	Deliveries    ports.DeliveryClaims
 	Subscriptions ports.SubscriptionStore
 	Sender        ports.Sender
 	Queue         ports.Queue

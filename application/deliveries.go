@@ -14,7 +14,7 @@ import (
 // Deliveries is the dead-letter side: look deliveries up, and send dead ones
 // again, one at a time or a subscription's all at once.
 type Deliveries struct {
-	Deliveries    ports.DeliveryStore
+	Deliveries    ports.DeliveryRecords
 	Subscriptions ports.SubscriptionStore
 	Queue         ports.Queue
 	Clock         ports.Clock

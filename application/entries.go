@@ -13,7 +13,7 @@ import (
 // fan-out stage) is marked fresh: the delivery was stored reserved to
 // whoever holds that entry (domain.Delivery.ReservedUntil), and the queue
 // hands an entry to one consumer, so its holder takes the delivery
-// (ports.DeliveryStore.TakeDelivery) instead of claiming it: one
+// (ports.DeliveryClaims.TakeDelivery) instead of claiming it: one
 // statement's write and commit fewer per delivery. Every other entry for a
 // delivery (the scheduler's scan, a retry, the next in line, a reclaimed
 // entry appended again) is plain, and its holder claims.
@@ -81,7 +81,7 @@ func DeliveryEntry(body string) (id string, fresh bool) {
 }
 
 // freshDelivery returns the delivery a fresh entry's body tells of, as
-// its creator stored it (see ports.DeliveryStore.TakeDelivery): its id
+// its creator stored it (see ports.DeliveryClaims.TakeDelivery): its id
 // alone when the entry tells no more, or tells it malformed.
 func freshDelivery(body string) domain.Delivery {
 	id, rest, _ := strings.Cut(body, freshMark)

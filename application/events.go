@@ -11,7 +11,7 @@ import (
 // Events is the read side of events: what happened to each one.
 type Events struct {
 	Events     ports.EventStore
-	Deliveries ports.DeliveryStore
+	Deliveries ports.DeliveryRecords
 }
 
 // EventView is an event with one page of its deliveries.

@@ -16,7 +16,7 @@ import (
 type FanOut struct {
 	Subscriptions ports.SubscriptionStore
 	Events        ports.EventStore
-	Deliveries    ports.DeliveryStore
+	Deliveries    ports.DeliveryFanOut
 	Queue         ports.Queue
 	Clock         ports.Clock
 	// VisibilityTimeout is the scheduler's (see Schedule); new deliveries

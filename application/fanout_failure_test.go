@@ -13,7 +13,7 @@ import (
 // refusingDeliveries is a delivery store that refuses the fan-out of one
 // event, as PostgreSQL refuses a row it cannot store, and stores the rest.
 type refusingDeliveries struct {
-	ports.DeliveryStore
+	ports.DeliveryFanOut
 	refuse string
 }
 
@@ -24,7 +24,7 @@ func (s refusingDeliveries) CreateDeliveries(ctx context.Context, fanouts []port
 			rest = append(rest, f)
 		}
 	}
-	created, err := s.DeliveryStore.CreateDeliveries(ctx, rest)
+	created, err := s.DeliveryFanOut.CreateDeliveries(ctx, rest)
 	if err != nil {
 		return created, err
 	}
@@ -42,7 +42,7 @@ func TestRefusedFanOutFailsAloneAndIsSettledAfterItsTries(t *testing.T) {
 	p.subscribe(t, "order.*")
 	clean1, bad, clean2 := p.publish(t, "order.created", ""), p.publish(t, "order.created", ""), p.publish(t, "order.created", "")
 	var failed []string
-	p.fanout.Deliveries = refusingDeliveries{DeliveryStore: p.store, refuse: bad.ID}
+	p.fanout.Deliveries = refusingDeliveries{DeliveryFanOut: p.store, refuse: bad.ID}
 	p.fanout.Failed = func(id, reason string) { failed = append(failed, id+": "+reason) }
 
 	if err := p.fanout.Handle(context.Background(), []string{clean1.ID, bad.ID, clean2.ID}); err != nil {

@@ -11,13 +11,13 @@ import (
 
 // heldRecords holds each RecordAttempt until release says it may write.
 type heldRecords struct {
-	ports.DeliveryStore
+	ports.DeliveryClaims
 	release chan struct{}
 }
 
 func (s *heldRecords) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	<-s.release
-	return s.DeliveryStore.RecordAttempt(ctx, d, a)
+	return s.DeliveryClaims.RecordAttempt(ctx, d, a)
 }
 
 // TestRequestSlotsBoundRequestsNotRecords: with one request slot, a
@@ -27,7 +27,7 @@ func (s *heldRecords) RecordAttempt(ctx context.Context, d domain.Delivery, a do
 func TestRequestSlotsBoundRequestsNotRecords(t *testing.T) {
 	t.Parallel()
 	p := newPipeline()
-	records := &heldRecords{DeliveryStore: p.store, release: make(chan struct{}, 2)}
+	records := &heldRecords{DeliveryClaims: p.store, release: make(chan struct{}, 2)}
 	sender := &heldSender{arrived: make(chan string, 2), release: make(chan struct{}, 2)}
 	sender.script = []sendResult{answer(200), answer(200)}
 	p.deliver.Deliveries, p.deliver.Sender = records, sender

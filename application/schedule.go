@@ -30,7 +30,7 @@ const (
 // Any number of schedulers may run at once.
 type Schedule struct {
 	Events     ports.EventStore
-	Deliveries ports.DeliveryStore
+	Deliveries ports.DeliveryScan
 	// Subscriptions, when set, lets each tick take the deletions of
 	// subscriptions that were interrupted one batch further.
 	Subscriptions ports.SubscriptionDeletions

@@ -13,11 +13,10 @@ import (
 
 // backlogStore holds due deliveries and hands them out a scan at a time.
 type backlogStore struct {
-	ports.DeliveryStore // only DueDeliveries is used
-	ports.EventStore    // only UnfannedEvents is used
-	mu                  sync.Mutex
-	due                 int
-	scans               int
+	ports.EventStore // only UnfannedEvents is used
+	mu               sync.Mutex
+	due              int
+	scans            int
 }
 
 func (s *backlogStore) DueDeliveries(_ context.Context, _ time.Time, _ time.Duration, limit int) ([]string, error) {

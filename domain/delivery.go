@@ -50,7 +50,7 @@ type Delivery struct {
 	// ReservedUntil, when its creator sets it on a new delivery, reserves
 	// the delivery until then for whoever holds the queue entry the creator
 	// appends: nobody else claims it meanwhile, so that holder may attempt
-	// it without a claim of its own (ports.DeliveryStore.TakeDelivery).
+	// it without a claim of its own (ports.DeliveryClaims.TakeDelivery).
 	// Stores keep it only from creation to the first claim or outcome and
 	// never return it.
 	ReservedUntil time.Time

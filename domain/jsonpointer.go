@@ -220,20 +220,6 @@ func OrderingKeyFor(sub Subscription, ev Event) string {
 	return key
 }
 
-// MayPrecede reports whether ev, an event not fanned out yet, could get a
-// delivery of s with ordering key key once it is: then an ordered delivery
-// of s with that key for a later event waits for it (SPEC §3). It could
-// when it matches s's event types and resolves to key. Nothing else holds
-// an ordered delivery back: another subscription's events, other keys,
-// unordered deliveries, an event settled as failed (fanned out).
-//
-// PostgreSQL's first_in_line (migration 00014) asks the same, exactly for
-// the pointers outside data and conservatively (any key) for pointers into
-// data.
-func (s Subscription) MayPrecede(ev Event, key string) bool {
-	return key != "" && s.Matches(ev.Type) && OrderingKeyFor(s, ev) == key
-}
-
 // orderingKeyText renders a JSON value found by a pointer as a key.
 func orderingKeyText(value json.RawMessage) string {
 	switch value[0] {

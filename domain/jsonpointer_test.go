@@ -372,32 +372,3 @@ func walk(v any, p domain.Pointer) (any, bool) {
 	}
 	return v, true
 }
-
-func TestMayPrecede(t *testing.T) {
-	t.Parallel()
-	byData := domain.Subscription{EventTypes: []string{"order.*"}, OrderingKey: "/data/customer"}
-	byKey := domain.Subscription{EventTypes: []string{"order.*"}, OrderingKey: "/ordering_key"}
-	ev := domain.Event{Type: "order.created", OrderingKey: "k1", Data: []byte(`{"customer":"c1"}`)}
-	other := ev
-	other.Type = "invoice.paid"
-	tests := []struct {
-		name string
-		sub  domain.Subscription
-		ev   domain.Event
-		key  string
-		want bool
-	}{
-		{"same type and data key", byData, ev, "c1", true},
-		{"another data key", byData, ev, "c2", false},
-		{"same event key", byKey, ev, "k1", true},
-		{"another event key", byKey, ev, "c1", false},
-		{"a type the subscription does not match", byData, other, "c1", false},
-		{"an unordered delivery", byData, ev, "", false},
-		{"an unordered subscription", domain.Subscription{EventTypes: []string{"*"}}, ev, "c1", false},
-	}
-	for _, tt := range tests {
-		if got := tt.sub.MayPrecede(tt.ev, tt.key); got != tt.want {
-			t.Errorf("%s: MayPrecede = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}

@@ -123,13 +123,12 @@ type EventStore interface {
 	// CreateEvent, and fans it out in the same transaction (SPEC §2: inline
 	// fan-out, for events with few matching subscriptions): it calls inline
 	// with e and an index of the subscriptions active at that moment, which
-	// inline may read only during the call. When
-	// inline returns ok, e is stored fanned out together with the
-	// deliveries it returned (which count as enqueued at their CreatedAt,
-	// and are stored reserved when they carry a reservation, as with
-	// CreateDeliveries), and their ids are returned with fannedOut true.
-	// Otherwise e is stored as CreateEvent stores it, for the fan-out
-	// stage. inline may be called more than once (a retried write); it must
+	// inline may read only during the call. When inline returns ok, e is
+	// stored fanned out together with the deliveries it returned (which
+	// count as enqueued at their CreatedAt, and are stored reserved when
+	// they carry a reservation, as with DeliveryFanOut.CreateDeliveries),
+	// and their ids are returned with fannedOut true. Otherwise e is stored
+	// as CreateEvent stores it, for the fan-out stage. inline may be called more than once (a retried write); it must
 	// be a pure function of its arguments. Returns domain.ErrConflict when
 	// the id exists.
 	CreateEventFannedOut(ctx context.Context, e domain.Event, inline InlineFanOut) (deliveries []string, fannedOut bool, err error)
@@ -158,16 +157,24 @@ type EventStore interface {
 	FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (settled bool, err error)
 }
 
-// DeliveryStore keeps deliveries and their attempts. All methods are safe
-// for concurrent use.
-type DeliveryStore interface {
+// The delivery stores keep deliveries and their attempts, one interface
+// per caller so that each use case depends only on what it calls: the
+// fan-out stage records deliveries (DeliveryFanOut), the worker claims and
+// settles them (DeliveryClaims), the scheduler finds the due ones
+// (DeliveryScan), and the operator reads and replays them
+// (DeliveryRecords). Store holds them all, as one backend implements them.
+// All methods are safe for concurrent use.
+
+// DeliveryFanOut is what the fan-out stage needs: recording the deliveries
+// fan-out made for events.
+type DeliveryFanOut interface {
 	// CreateDeliveries records the fan-out of each event in fanouts: it
 	// stores its deliveries and marks the event fanned out, all in one
 	// transaction. An event with no deliveries becomes delivered. A
 	// delivery to a subscription that does not exist (deleted since it was
 	// matched) is left out. A
 	// delivery with ReservedUntil after its CreatedAt is stored reserved
-	// until then (see ClaimDelivery). It is
+	// until then (see DeliveryClaims.ClaimDelivery). It is
 	// idempotent: an event already fanned out is skipped (its deliveries are
 	// not created twice), and the ids of deliveries actually created are
 	// returned. Created deliveries count as enqueued at their CreatedAt (the
@@ -180,6 +187,11 @@ type DeliveryStore interface {
 	// refused event is left as it was (not fanned out). Any other error
 	// says nothing of what was recorded, as for a lost reply.
 	CreateDeliveries(ctx context.Context, fanouts []FanOut) (created []string, err error)
+}
+
+// DeliveryClaims is the worker's hot path: claim (or take) a delivery,
+// then record its attempt or release it without one.
+type DeliveryClaims interface {
 	// ClaimDelivery moves delivery id to delivering with a lease until now
 	// plus its subscription's timeout plus leaseMargin (stored as its
 	// NextAttemptAt, so an expired lease makes it due again: a worker that
@@ -196,7 +208,7 @@ type DeliveryStore interface {
 	// terminal, or while an earlier event that could get one is not fanned
 	// out yet (its deliveries may not exist yet): one that matches the
 	// subscription's event types and resolves to the same key
-	// (domain.Subscription.MayPrecede). A store that cannot resolve a key
+	// (domain.FirstInLine states the rule). A store that cannot resolve a key
 	// exactly (a pointer into data) may take it to be the same: ordering
 	// is then delayed, never broken. Another subscription's events, an
 	// event of a type the subscription does not match and an event settled
@@ -246,18 +258,6 @@ type DeliveryStore interface {
 	// caller can enqueue them at once. Returns domain.ErrNotFound when the
 	// delivery does not exist.
 	RecordAttempt(ctx context.Context, d domain.Delivery, a domain.Attempt) (next []string, err error)
-	// GetDelivery returns domain.ErrNotFound when id does not exist.
-	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
-	// EventDeliveries returns up to p.Limit deliveries of eventID whose
-	// subscription id is above p.After, in subscription id order (none if
-	// the event has none or does not exist). The order is the one the
-	// (event, subscription) uniqueness already indexes, so a page of an
-	// event with any number of deliveries reads only that page.
-	EventDeliveries(ctx context.Context, eventID string, p Page) ([]domain.Delivery, error)
-	// EventAttempts returns up to p.Limit attempts of the deliveries of
-	// eventID that come after (p.AfterSubscription, p.AfterAttempt),
-	// ordered by subscription id then attempt number.
-	EventAttempts(ctx context.Context, eventID string, p AttemptPage) ([]domain.Attempt, error)
 	// ReleaseDelivery stores a claimed delivery's new state without an
 	// attempt: a postponement (throttled, circuit open: status back to
 	// pending or retrying, a later NextAttemptAt, a Reason) or a settlement
@@ -268,6 +268,44 @@ type DeliveryStore interface {
 	// like RecordAttempt. Returns domain.ErrNotFound when the delivery does
 	// not exist.
 	ReleaseDelivery(ctx context.Context, d domain.Delivery) (next []string, err error)
+}
+
+// DeliveryScan is what the scheduler needs to enqueue the deliveries that
+// are due and not waiting in the queue.
+type DeliveryScan interface {
+	// DueDeliveries is the scheduler's scan. It picks up to limit
+	// non-terminal deliveries, neither leased nor reserved, whose
+	// NextAttemptAt is at or before now and that were not enqueued after
+	// now-requeueAfter (a due retry, a delivery whose append to the queue
+	// was lost, a delivering one whose lease or reservation expired),
+	// oldest NextAttemptAt first, leaving out ordered deliveries held back
+	// (see DeliveryClaims.ClaimDelivery). It marks them enqueued at now and
+	// returns their ids, skipping rows another caller holds, so concurrent
+	// scans never return the same delivery.
+	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
+}
+
+// DeliveryRecords is the operator's side: reads of deliveries and their
+// attempts, and replays of dead deliveries.
+type DeliveryRecords interface {
+	// GetDelivery returns domain.ErrNotFound when id does not exist.
+	GetDelivery(ctx context.Context, id string) (domain.Delivery, error)
+	// ListDeliveries returns up to p.Limit deliveries matching f with id >
+	// p.After, in id order. Zero fields of f match everything.
+	ListDeliveries(ctx context.Context, f DeliveryFilter, p Page) ([]domain.Delivery, error)
+	// DeliveryAttempts returns the attempts of delivery id in attempt order,
+	// or domain.ErrNotFound when the delivery does not exist.
+	DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error)
+	// EventDeliveries returns up to p.Limit deliveries of eventID whose
+	// subscription id is above p.After, in subscription id order (none if
+	// the event has none or does not exist). The order is the one the
+	// (event, subscription) uniqueness already indexes, so a page of an
+	// event with any number of deliveries reads only that page.
+	EventDeliveries(ctx context.Context, eventID string, p Page) ([]domain.Delivery, error)
+	// EventAttempts returns up to p.Limit attempts of the deliveries of
+	// eventID that come after (p.AfterSubscription, p.AfterAttempt),
+	// ordered by subscription id then attempt number.
+	EventAttempts(ctx context.Context, eventID string, p AttemptPage) ([]domain.Attempt, error)
 	// RetryDelivery makes a dead delivery, or a retrying one, due at now
 	// again (status retrying, NextAttemptAt now, Reason and enqueued mark
 	// cleared) and sets its event back to pending. The policy then grants it
@@ -285,22 +323,6 @@ type DeliveryStore interface {
 	// dies again meanwhile is not recovered twice. Returns
 	// domain.ErrNotFound when the subscription does not exist.
 	RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p Page) (Recovered, error)
-	// ListDeliveries returns up to p.Limit deliveries matching f with id >
-	// p.After, in id order. Zero fields of f match everything.
-	ListDeliveries(ctx context.Context, f DeliveryFilter, p Page) ([]domain.Delivery, error)
-	// DeliveryAttempts returns the attempts of delivery id in attempt order,
-	// or domain.ErrNotFound when the delivery does not exist.
-	DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error)
-	// DueDeliveries is the scheduler's scan. It picks up to limit
-	// non-terminal deliveries, neither leased nor reserved, whose
-	// NextAttemptAt is at or before now and that were not enqueued after
-	// now-requeueAfter (a due retry, a delivery whose append to the queue
-	// was lost, a delivering one whose lease or reservation expired),
-	// oldest NextAttemptAt first, leaving out ordered deliveries
-	// held back (see ClaimDelivery). It marks them enqueued at now and
-	// returns their ids, skipping rows another caller holds, so concurrent
-	// scans never return the same delivery.
-	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
 }
 
 // DeliveryFilter narrows ListDeliveries.
@@ -310,7 +332,7 @@ type DeliveryFilter struct {
 	Status         domain.DeliveryStatus
 }
 
-// Recovered is one batch of DeliveryStore.RecoverDeliveries.
+// Recovered is one batch of DeliveryRecords.RecoverDeliveries.
 type Recovered struct {
 	// IDs are the deliveries made due again, in id order.
 	IDs []string
@@ -326,8 +348,9 @@ type Recovered struct {
 // fanned out while the producer waits).
 type InlineFanOut func(e domain.Event, active *domain.SubscriptionIndex) (deliveries []domain.Delivery, ok bool)
 
-// RejectedFanOuts is CreateDeliveries' error when the store refused the
-// fan-out of some events for what they hold, and recorded the others.
+// RejectedFanOuts is DeliveryFanOut.CreateDeliveries' error when the store
+// refused the fan-out of some events for what they hold, and recorded the
+// others.
 type RejectedFanOuts struct {
 	// Reasons says, by event id, why each refused fan-out was refused.
 	Reasons map[string]string
@@ -362,7 +385,10 @@ type Store interface {
 	SubscriptionStore
 	SubscriptionDeletions
 	EventStore
-	DeliveryStore
+	DeliveryFanOut
+	DeliveryClaims
+	DeliveryScan
+	DeliveryRecords
 	// Ping reports whether the backend is reachable (readiness).
 	Ping(ctx context.Context) error
 }

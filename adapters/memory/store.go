@@ -372,7 +372,7 @@ func (s *Store) UnfannedEvents(_ context.Context, now time.Time, requeueAfter ti
 	return ids, nil
 }
 
-// CreateDeliveries implements ports.DeliveryStore. Like PostgreSQL's
+// CreateDeliveries implements ports.DeliveryFanOut. Like PostgreSQL's
 // statement, it leaves out a delivery to a subscription that does not
 // exist, and skips an event that does not exist.
 func (s *Store) CreateDeliveries(_ context.Context, fanouts []ports.FanOut) ([]string, error) {
@@ -462,12 +462,12 @@ func (s *Store) FailFanOut(_ context.Context, id, reason string, now time.Time, 
 	return true, nil
 }
 
-// ClaimDelivery implements ports.DeliveryStore.
+// ClaimDelivery implements ports.DeliveryClaims.
 func (s *Store) ClaimDelivery(_ context.Context, id string, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	return s.claim(id, normalizeTime(now), leaseMargin, false)
 }
 
-// TakeDelivery implements ports.DeliveryStore. Reading is all but free
+// TakeDelivery implements ports.DeliveryClaims. Reading is all but free
 // here, so it reads the delivery rather than trusting fresh.
 func (s *Store) TakeDelivery(_ context.Context, fresh domain.Delivery, now time.Time, leaseMargin time.Duration) (ports.Claimed, error) {
 	return s.claim(fresh.ID, normalizeTime(now), leaseMargin, true)
@@ -496,7 +496,7 @@ func (s *Store) claim(id string, now time.Time, leaseMargin time.Duration, fresh
 	if d.delivery.Status.Terminal() || d.delivery.NextAttemptAt.After(now) || (!fresh && d.reservedUntil.After(now)) {
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: terminal, not due, or leased or reserved to another worker", id, domain.ErrConflict)
 	}
-	if s.held(d.delivery) {
+	if !s.firstInLine(d.delivery) {
 		d.enqueuedAt = time.Time{}
 		return ports.Claimed{}, fmt.Errorf("claim delivery %s: %w: held behind an earlier event with its ordering key", id, domain.ErrConflict)
 	}
@@ -507,7 +507,7 @@ func (s *Store) claim(id string, now time.Time, leaseMargin time.Duration, fresh
 	return claimed(), nil
 }
 
-// RecordAttempt implements ports.DeliveryStore.
+// RecordAttempt implements ports.DeliveryClaims.
 func (s *Store) RecordAttempt(_ context.Context, d domain.Delivery, a domain.Attempt) ([]string, error) {
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
@@ -560,43 +560,33 @@ func (s *Store) storeState(stored *storedDelivery, state, d domain.Delivery) (ne
 	return s.nextInLine(state.SubscriptionID, state.OrderingKey)
 }
 
-// held reports whether d is an ordered delivery that is not first in line
-// (SPEC §3): a delivery of its subscription and key for an earlier event is
-// not terminal, or an earlier event that could join its line has not been
-// fanned out yet.
-func (s *Store) held(d domain.Delivery) bool {
-	if d.OrderingKey == "" {
-		return false
-	}
-	for _, other := range s.deliveries {
-		o := other.delivery
-		if o.SubscriptionID == d.SubscriptionID && o.OrderingKey == d.OrderingKey &&
-			o.EventID < d.EventID && !o.Status.Terminal() {
-			return true
-		}
-	}
-	return s.awaitsFanOut(d.SubscriptionID, d.OrderingKey, d.EventID)
+// firstInLine asks domain.FirstInLine of d with what the store holds;
+// s.mu is held.
+func (s *Store) firstInLine(d domain.Delivery) bool {
+	return domain.FirstInLine(d, s.subscriptions[d.SubscriptionID], s.allDeliveries, s.unfannedEvents)
 }
 
-// awaitsFanOut reports whether an event with an id below eventID has not
-// been fanned out yet and could get a delivery of subscriptionID with
-// orderingKey once it is (domain.Subscription.MayPrecede).
-func (s *Store) awaitsFanOut(subscriptionID, orderingKey, eventID string) bool {
-	sub, ok := s.subscriptions[subscriptionID]
-	if !ok {
-		return false // gone, and its deliveries with it
-	}
-	for id, e := range s.events {
-		if id < eventID && !e.fannedOut && sub.MayPrecede(e.event, orderingKey) {
-			return true
+// allDeliveries yields every delivery; s.mu is held.
+func (s *Store) allDeliveries(yield func(domain.Delivery) bool) {
+	for _, d := range s.deliveries {
+		if !yield(d.delivery) {
+			return
 		}
 	}
-	return false
+}
+
+// unfannedEvents yields every event not fanned out yet; s.mu is held.
+func (s *Store) unfannedEvents(yield func(domain.Event) bool) {
+	for _, e := range s.events {
+		if !e.fannedOut && !yield(e.event) {
+			return
+		}
+	}
 }
 
 // nextInLine returns the delivery of subscriptionID and orderingKey with
-// the smallest event id among those not terminal, if it is first in line:
-// no earlier event that could join its line awaits fan-out.
+// the smallest event id among those not terminal, if it is first in line
+// (no earlier event that could join its line awaits fan-out).
 func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 	var first *domain.Delivery
 	for _, other := range s.deliveries {
@@ -608,13 +598,13 @@ func (s *Store) nextInLine(subscriptionID, orderingKey string) []string {
 			first = o
 		}
 	}
-	if first == nil || s.awaitsFanOut(subscriptionID, orderingKey, first.EventID) {
+	if first == nil || !s.firstInLine(*first) {
 		return nil
 	}
 	return []string{first.ID}
 }
 
-// ReleaseDelivery implements ports.DeliveryStore.
+// ReleaseDelivery implements ports.DeliveryClaims.
 func (s *Store) ReleaseDelivery(_ context.Context, d domain.Delivery) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -625,7 +615,7 @@ func (s *Store) ReleaseDelivery(_ context.Context, d domain.Delivery) ([]string,
 	return s.storeState(stored, stored.delivery, d), nil
 }
 
-// RetryDelivery implements ports.DeliveryStore.
+// RetryDelivery implements ports.DeliveryRecords.
 func (s *Store) RetryDelivery(_ context.Context, id string, now time.Time) (domain.Delivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -650,7 +640,7 @@ func (s *Store) retry(d *storedDelivery, now time.Time) {
 	s.events[d.delivery.EventID].event.Status = domain.EventPending
 }
 
-// RecoverDeliveries implements ports.DeliveryStore.
+// RecoverDeliveries implements ports.DeliveryRecords.
 func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
 	if p.Limit < 1 {
 		return ports.Recovered{}, fmt.Errorf("recover deliveries of subscription %s: limit must be at least 1, got %d", subscriptionID, p.Limit)
@@ -678,7 +668,7 @@ func (s *Store) RecoverDeliveries(_ context.Context, subscriptionID string, sinc
 	return out, nil
 }
 
-// ListDeliveries implements ports.DeliveryStore.
+// ListDeliveries implements ports.DeliveryRecords.
 func (s *Store) ListDeliveries(_ context.Context, f ports.DeliveryFilter, p ports.Page) ([]domain.Delivery, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list deliveries: limit must be at least 1, got %d", p.Limit)
@@ -702,7 +692,7 @@ func (s *Store) ListDeliveries(_ context.Context, f ports.DeliveryFilter, p port
 	return out, nil
 }
 
-// DeliveryAttempts implements ports.DeliveryStore.
+// DeliveryAttempts implements ports.DeliveryRecords.
 func (s *Store) DeliveryAttempts(_ context.Context, id string) ([]domain.Attempt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -727,7 +717,7 @@ func (s *Store) rollUp(eventID string) {
 	s.events[eventID].event.Status = status
 }
 
-// GetDelivery implements ports.DeliveryStore.
+// GetDelivery implements ports.DeliveryRecords.
 func (s *Store) GetDelivery(_ context.Context, id string) (domain.Delivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -738,7 +728,7 @@ func (s *Store) GetDelivery(_ context.Context, id string) (domain.Delivery, erro
 	return d.delivery, nil
 }
 
-// EventDeliveries implements ports.DeliveryStore.
+// EventDeliveries implements ports.DeliveryRecords.
 func (s *Store) EventDeliveries(_ context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
@@ -757,7 +747,7 @@ func (s *Store) EventDeliveries(_ context.Context, eventID string, p ports.Page)
 	return out, nil
 }
 
-// EventAttempts implements ports.DeliveryStore.
+// EventAttempts implements ports.DeliveryRecords.
 func (s *Store) EventAttempts(_ context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
@@ -792,7 +782,7 @@ func (s *Store) bySubscription(eventID string) []domain.Delivery {
 	return out
 }
 
-// DueDeliveries implements ports.DeliveryStore.
+// DueDeliveries implements ports.DeliveryScan.
 func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
 	now = normalizeTime(now)
 	enqueuedBefore := normalizeTime(now.Add(-requeueAfter))
@@ -806,7 +796,7 @@ func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter tim
 		if !d.enqueuedAt.IsZero() && d.enqueuedAt.After(enqueuedBefore) {
 			continue
 		}
-		if s.held(d.delivery) {
+		if !s.firstInLine(d.delivery) {
 			continue
 		}
 		due = append(due, d)

@@ -81,7 +81,7 @@ type claimCall struct {
 	taken   *ports.Claimed
 }
 
-// ClaimDelivery implements ports.DeliveryStore. Concurrent claims are
+// ClaimDelivery implements ports.DeliveryClaims. Concurrent claims are
 // group-committed: one statement (ClaimDeliveries) leases every delivery
 // of the batch that can be claimed and reads its event and subscription.
 // Only when a delivery was not claimed does a second statement of the
@@ -92,7 +92,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, id string, now time.Time, lea
 	return s.commitClaim(ctx, &claimCall{id: id, now: now, leaseMargin: leaseMargin})
 }
 
-// TakeDelivery implements ports.DeliveryStore: a claim with the fresh flag
+// TakeDelivery implements ports.DeliveryClaims: a claim with the fresh flag
 // in the same group commit, answered from fresh without a read of the row
 // when it can be (takeUnread), and otherwise by ClaimDeliveries, where a
 // take whose reservation is long enough writes nothing either.
@@ -230,7 +230,7 @@ func (s *Store) claim(ctx context.Context, calls map[string]*claimCall) error {
 	return err
 }
 
-// RecordAttempt implements ports.DeliveryStore. Concurrent calls are
+// RecordAttempt implements ports.DeliveryClaims. Concurrent calls are
 // group-committed: one statement (RecordAttempts) stores every delivery's
 // new state and attempt of the batch. An attempt that exists already (a
 // worker whose lease expired, fenced by the attempts primary key) rejects
@@ -337,7 +337,7 @@ func (s *Store) recordAttempts(ctx context.Context, batch []*outcomeCall[attempt
 	})
 }
 
-// ReleaseDelivery implements ports.DeliveryStore, group-committed like
+// ReleaseDelivery implements ports.DeliveryClaims, group-committed like
 // RecordAttempt (one ReleaseDeliveries statement per batch), and for a
 // settlement of an ordered delivery the next in line, as in RecordAttempt.
 func (s *Store) ReleaseDelivery(ctx context.Context, d domain.Delivery) ([]string, error) {

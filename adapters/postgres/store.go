@@ -453,7 +453,7 @@ func (s *Store) UnfannedEvents(ctx context.Context, now time.Time, requeueAfter 
 	return ids, nil
 }
 
-// CreateDeliveries implements ports.DeliveryStore with one statement (the
+// CreateDeliveries implements ports.DeliveryFanOut with one statement (the
 // FanOut query) whatever the batch size: it marks the events not yet fanned
 // out, completes those with nothing to deliver, and inserts the deliveries
 // of the events it marked, atomically.
@@ -559,7 +559,7 @@ func (s *Store) FailFanOut(ctx context.Context, id, reason string, now time.Time
 	return row.Settled, nil
 }
 
-// RetryDelivery implements ports.DeliveryStore with one statement (its
+// RetryDelivery implements ports.DeliveryRecords with one statement (its
 // event reads as pending again at once); only when nothing was updated
 // does a second query tell "does not exist" from "not retryable".
 func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (domain.Delivery, error) {
@@ -595,7 +595,7 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (do
 	}), nil
 }
 
-// RecoverDeliveries implements ports.DeliveryStore with one statement (see
+// RecoverDeliveries implements ports.DeliveryRecords with one statement (see
 // the RecoverDeliveriesBatch query).
 func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, since, now time.Time, p ports.Page) (ports.Recovered, error) {
 	if p.Limit < 1 {
@@ -621,7 +621,7 @@ func (s *Store) RecoverDeliveries(ctx context.Context, subscriptionID string, si
 	return out, nil
 }
 
-// ListDeliveries implements ports.DeliveryStore. The query is planned with
+// ListDeliveries implements ports.DeliveryRecords. The query is planned with
 // its values on every call (see unprepared), so each combination of
 // filters uses the index that fits it.
 func (s *Store) ListDeliveries(ctx context.Context, f ports.DeliveryFilter, p ports.Page) ([]domain.Delivery, error) {
@@ -645,7 +645,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f ports.DeliveryFilter, p po
 	return out, nil
 }
 
-// DeliveryAttempts implements ports.DeliveryStore. Only when there are no
+// DeliveryAttempts implements ports.DeliveryRecords. Only when there are no
 // attempts does a second query tell a delivery without attempts from one
 // that does not exist.
 func (s *Store) DeliveryAttempts(ctx context.Context, id string) ([]domain.Attempt, error) {
@@ -669,7 +669,7 @@ func (s *Store) DeliveryAttempts(ctx context.Context, id string) ([]domain.Attem
 	return out, nil
 }
 
-// GetDelivery implements ports.DeliveryStore.
+// GetDelivery implements ports.DeliveryRecords.
 func (s *Store) GetDelivery(ctx context.Context, id string) (domain.Delivery, error) {
 	row, err := s.queries.GetDelivery(ctx, id)
 	if err != nil {
@@ -678,7 +678,7 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (domain.Delivery, er
 	return toDelivery(row), nil
 }
 
-// EventDeliveries implements ports.DeliveryStore.
+// EventDeliveries implements ports.DeliveryRecords.
 func (s *Store) EventDeliveries(ctx context.Context, eventID string, p ports.Page) ([]domain.Delivery, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list deliveries of event %s: limit must be at least 1, got %d", eventID, p.Limit)
@@ -696,7 +696,7 @@ func (s *Store) EventDeliveries(ctx context.Context, eventID string, p ports.Pag
 	return out, nil
 }
 
-// EventAttempts implements ports.DeliveryStore.
+// EventAttempts implements ports.DeliveryRecords.
 func (s *Store) EventAttempts(ctx context.Context, eventID string, p ports.AttemptPage) ([]domain.Attempt, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list attempts of event %s: limit must be at least 1, got %d", eventID, p.Limit)
@@ -714,7 +714,7 @@ func (s *Store) EventAttempts(ctx context.Context, eventID string, p ports.Attem
 	return out, nil
 }
 
-// DueDeliveries implements ports.DeliveryStore with one statement (see the
+// DueDeliveries implements ports.DeliveryScan with one statement (see the
 // DueDeliveries query for why concurrent scans never overlap).
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
 	if limit < 1 {

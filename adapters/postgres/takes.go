@@ -11,7 +11,7 @@ import (
 )
 
 // A fresh delivery's entry tells what its creator stored (see
-// ports.DeliveryStore.TakeDelivery), and until its reservation ends
+// ports.DeliveryClaims.TakeDelivery), and until its reservation ends
 // nobody but the entry's holder changes the row, so a take need not read
 // it: what the attempt needs besides is its subscription, from the copy of
 // the active subscriptions that inline fan-out keeps (subscriptionCopy),
