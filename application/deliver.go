@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,11 @@ type Deliver struct {
 	// requestShares); over it, the delivery is postponed like one its
 	// endpoint's concurrency cap refused.
 	Requests chan struct{}
+	// Report, when set, lets a delivery over its subscription's share of
+	// Requests wait in the worker for a place (requestShares), and then
+	// receives what became of it: Handle returns at once, reporting it
+	// Parked. Without Report such a delivery is postponed at once.
+	Report func(Attempted, error)
 
 	// shares divides Requests among subscriptions (requestShares).
 	shares requestShares
@@ -72,6 +78,8 @@ type Deliver struct {
 	// requeues counts the postponed deliveries waiting to be appended
 	// again (requeueAt).
 	requeues atomic.Int64
+	// resumed tracks the parked deliveries being attempted (park).
+	resumed sync.WaitGroup
 }
 
 // Attempted reports what Handle did, for metrics and logs.
@@ -81,6 +89,9 @@ type Attempted struct {
 	// another worker, postponed by a protection, or was dead-lettered
 	// because its subscription is disabled.
 	Skipped bool
+	// Parked is true when the delivery waits in the worker for a place in
+	// its subscription's share (Deliver.Report).
+	Parked bool
 	// Postponed names the protection that postponed the delivery
 	// (domain.ReasonThrottled, domain.ReasonCircuitOpen), if one did.
 	Postponed string
@@ -137,15 +148,29 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 
 	report := Attempted{EventCreatedAt: ev.CreatedAt}
 	if ok, every := slot.admit(sub, now); !ok {
-		// Its endpoint already holds its share of this worker. Postponed
-		// like a delivery its concurrency cap refused, it holds nothing
-		// of the worker while it waits (neither a request slot nor its
-		// consumer's), and comes back in turn, at the pace its endpoint's
-		// requests end: a hanging endpoint's backlog then costs a claim
-		// per timeout or so, not one every slotWait.
+		// Its endpoint already holds its share of this worker. It waits
+		// in the worker for one of that endpoint's requests to end when
+		// that is soon (park); otherwise it is postponed like a delivery
+		// its concurrency cap refused, holding nothing of the worker while
+		// it waits (neither a request slot nor its consumer's), and comes
+		// back in turn, at the pace its endpoint's requests end: a hanging
+		// endpoint's backlog then costs a claim per timeout or so, not one
+		// every slotWait.
+		if uc.park(keep, &slot, claimed, report, every) {
+			report.Skipped, report.Parked = true, true
+			return report, nil
+		}
 		until := uc.overShare.turn(sub.ID, now.Add(uc.slotWait()), now, every)
 		return uc.postponed(keep, &slot, report, d, until, domain.ReasonThrottled, now)
 	}
+	return uc.attempt(ctx, keep, &slot, claimed, report, now)
+}
+
+// attempt makes the request of a claimed delivery admitted in its
+// subscription's share of the worker (slot), unless a protection
+// postpones it, and records the outcome.
+func (uc *Deliver) attempt(ctx, keep context.Context, slot *requestSlot, claimed ports.Claimed, report Attempted, now time.Time) (Attempted, error) {
+	d, ev, sub := claimed.Delivery, claimed.Event, claimed.Subscription
 	until, reason, by, degraded := uc.protect(keep, d, sub, now)
 	report.Degraded = degraded
 	switch reason {
@@ -154,11 +179,11 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 		// Due at its turn at the limit's pace, so that the deliveries the
 		// limit refused come back one by one rather than all at once.
 		until = uc.throttled.turn(sub.ID, until, now, time.Second/time.Duration(max(sub.RateLimit, 1)))
-		return uc.postponed(keep, &slot, report, d, until, reason, now)
+		return uc.postponed(keep, slot, report, d, until, reason, now)
 	case reasonNoSlot:
-		return uc.postponed(keep, &slot, report, d, now.Add(uc.slotWait()), domain.ReasonThrottled, now)
+		return uc.postponed(keep, slot, report, d, now.Add(uc.slotWait()), domain.ReasonThrottled, now)
 	default:
-		return uc.postponed(keep, &slot, report, d, until, reason, now)
+		return uc.postponed(keep, slot, report, d, until, reason, now)
 	}
 
 	slot.sending()
@@ -221,6 +246,60 @@ func (uc *Deliver) Handle(ctx context.Context, entry string) (Attempted, error) 
 	return report, nil
 }
 
+// park parks a claimed delivery over its subscription's share of Requests
+// (requestShares.park), with its request slot given back, if Report is set
+// and a place is likely to come within parkFor. A request of its
+// subscription that ends hands it its place and slot; if none does within
+// parkFor it is postponed, as it would have been at once. Either way
+// Report learns what became of it. A parked delivery keeps its claim: if
+// the worker stops meanwhile, it comes back when its lease ends.
+func (uc *Deliver) park(keep context.Context, slot *requestSlot, claimed ports.Claimed, report Attempted, every time.Duration) bool {
+	if uc.Report == nil || slot.slots == nil {
+		return false
+	}
+	sub := claimed.Subscription
+	p := &parked{}
+	p.resume = func(handed requestSlot) {
+		uc.resumed.Go(func() {
+			defer handed.release()
+			uc.Report(uc.attempt(keep, keep, &handed, claimed, report, uc.Clock.Now()))
+		})
+	}
+	p.expire = func() {
+		now := uc.Clock.Now()
+		until := uc.overShare.turn(sub.ID, now.Add(uc.slotWait()), now, every)
+		uc.Report(uc.postponed(keep, &requestSlot{}, report, claimed.Delivery, until, domain.ReasonThrottled, now))
+	}
+	if !uc.shares.park(sub.ID, sub.MaxInFlight, cap(slot.slots), every, p) {
+		return false
+	}
+	slot.release()
+	// Resumed by then, it is no longer parked, and this does nothing.
+	time.AfterFunc(parkFor, func() {
+		if uc.shares.unpark(sub.ID, p) {
+			p.expire()
+		}
+	})
+	return true
+}
+
+// Stop postpones the deliveries parked (see park) and waits for those
+// resumed to be recorded, or for ctx to end. Call it once nothing calls
+// Handle any more.
+func (uc *Deliver) Stop(ctx context.Context) error {
+	for _, p := range uc.shares.unparkAll() {
+		p.expire()
+	}
+	done := make(chan struct{})
+	go func() { uc.resumed.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("parked deliveries not recorded before the stop timeout: %w", ctx.Err())
+	}
+}
+
 // requestSlot is a slot of Deliver.Requests, if one was taken, and once
 // admitted, the share of the subscription its request counts in.
 type requestSlot struct {
@@ -271,7 +350,12 @@ func (s *requestSlot) release() {
 		if !s.sent.IsZero() {
 			took = s.clock.Now().Sub(s.sent)
 		}
-		s.shares.give(s.sub, took)
+		if next := s.shares.give(s.sub, took); next != nil {
+			// The place and the slot are the parked delivery's now.
+			next.resume(requestSlot{slots: s.slots, shares: s.shares, clock: s.clock, sub: s.sub})
+			s.sub, s.slots = "", nil
+			return
+		}
 		s.sub = ""
 	}
 	if s.slots != nil {

@@ -212,3 +212,117 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestADeliveryOverItsShareWaitsInTheWorkerForAPlace: with Report set, a
+// delivery of a subscription at its share of the worker is parked (no
+// attempt, nothing written back, no request slot held) and attempted as
+// soon as one of that subscription's requests ends, in its place.
+func TestADeliveryOverItsShareWaitsInTheWorkerForAPlace(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	sender := &heldSender{arrived: make(chan string, 4), release: make(chan struct{}, 4)}
+	sender.script = []sendResult{answer(200), answer(200), answer(200)}
+	p.deliver.Sender = sender
+	p.deliver.Requests = make(chan struct{}, 4)
+	reports := make(chan application.Attempted, 1)
+	p.deliver.Report = func(res application.Attempted, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		reports <- res
+	}
+	sub := p.subscribe(t, "busy")
+	done := make(chan error, 2)
+	for range 2 {
+		_, id := p.fannedOut(t, sub)
+		go func() {
+			_, err := p.handle(context.Background(), id)
+			done <- err
+		}()
+		<-sender.arrived
+	}
+
+	ev, over := p.fannedOut(t, sub)
+	res, err := p.handle(context.Background(), over)
+	if err != nil || !res.Parked || !res.Skipped || res.Postponed != "" {
+		t.Fatalf("third delivery = %+v, %v; want parked", res, err)
+	}
+	if n := len(p.deliver.Requests); n != 2 {
+		t.Errorf("%d request slots taken while parked, want the 2 in flight", n)
+	}
+	if d, err := p.store.GetDelivery(context.Background(), over); err != nil || d.Reason != "" || d.Attempts != 0 {
+		t.Errorf("parked delivery in the store = %+v, %v; want it as claimed, not postponed", d, err)
+	}
+
+	sender.release <- struct{}{} // one request ends: its place is the parked delivery's
+	if id := <-sender.arrived; id != ev.ID {
+		t.Fatalf("request for %s, want the parked delivery's event %s", id, ev.ID)
+	}
+	if n := application.SharesHeld(p.deliver, sub.ID); n != 2 {
+		t.Errorf("share holds %d, want 2 (the place was handed over)", n)
+	}
+	sender.release <- struct{}{}
+	sender.release <- struct{}{}
+	got := <-reports
+	if got.Parked || got.Delivery.ID != over || got.Delivery.Status != domain.DeliveryDelivered {
+		t.Errorf("report = %+v, want the parked delivery delivered", got)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	waitUntil(t, func() bool {
+		return len(p.deliver.Requests) == 0 && application.SharesHeld(p.deliver, sub.ID) == 0
+	})
+}
+
+// TestAParkedDeliveryWithoutAPlaceIsPostponed: a parked delivery whose
+// subscription's requests do not end is postponed after a short wait, as
+// it would have been at once without parking, and reported.
+func TestAParkedDeliveryWithoutAPlaceIsPostponed(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	sender := &heldSender{arrived: make(chan string, 4), release: make(chan struct{}, 4)}
+	sender.script = []sendResult{answer(200), answer(200)}
+	p.deliver.Sender = sender
+	p.deliver.Requests = make(chan struct{}, 4)
+	reports := make(chan application.Attempted, 1)
+	p.deliver.Report = func(res application.Attempted, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		reports <- res
+	}
+	sub := p.subscribe(t, "hang")
+	done := make(chan error, 2)
+	for range 2 {
+		_, id := p.fannedOut(t, sub)
+		go func() {
+			_, err := p.handle(context.Background(), id)
+			done <- err
+		}()
+		<-sender.arrived
+	}
+	_, over := p.fannedOut(t, sub)
+	if res, err := p.handle(context.Background(), over); err != nil || !res.Parked {
+		t.Fatalf("third delivery = %+v, %v; want parked", res, err)
+	}
+	got := <-reports // the hanging requests hold their places
+	if got.Postponed != domain.ReasonThrottled || got.Delivery.ID != over || got.Delivery.Attempts != 0 {
+		t.Errorf("report = %+v, want the parked delivery postponed (throttled) without an attempt", got)
+	}
+	if d, err := p.store.GetDelivery(context.Background(), over); err != nil || d.Reason != domain.ReasonThrottled {
+		t.Errorf("delivery in the store = %+v, %v; want postponed", d, err)
+	}
+	sender.release <- struct{}{}
+	sender.release <- struct{}{}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := application.SharesHeld(p.deliver, sub.ID); n != 0 {
+		t.Errorf("share holds %d, want none", n)
+	}
+}

@@ -17,10 +17,17 @@ import (
 // without waiting for a hanging one's timeouts (with n subscriptions at
 // their share, capacity/(n+1) is free, more than a newcomer's share). The
 // zero value is ready to use.
+//
+// A delivery over its subscription's share may wait in the worker, parked
+// (see park), for the next of that subscription's requests to end, which
+// hands it its place and its request slot: at a steady share, deliveries
+// then flow without a trip through the store each.
 type requestShares struct {
 	mu sync.Mutex
 	// subs are the subscriptions with requests in flight.
 	subs map[string]*share
+	// parked counts the deliveries parked, in every share.
+	parked int
 }
 
 // share is one subscription's requests in flight in the worker.
@@ -31,7 +38,24 @@ type share struct {
 	// took is a moving average of how long its requests took, zero until
 	// one ended.
 	took time.Duration
+	// queue holds its parked deliveries, oldest first.
+	queue []*parked
 }
+
+// parked is a delivery waiting in the worker for a place in its share.
+type parked struct {
+	// resume runs the delivery in the place (and request slot) of a
+	// request of its subscription that ended; it must not block.
+	resume func(requestSlot)
+	// expire postpones the delivery, taken out of its share without a
+	// place (unpark, unparkAll).
+	expire func()
+}
+
+// parkFor is how long a delivery may wait parked: a small part of the
+// lease its claim holds beyond its subscription's timeout (leaseMargin),
+// so that its attempt still ends within the lease.
+const parkFor = leaseMargin / 4
 
 // take counts one more request of sub in a worker of capacity, at now,
 // unless sub already holds its share (see requestShares); ok tells which.
@@ -68,24 +92,85 @@ func (s *requestShares) take(sub string, maxInFlight, capacity int, now time.Tim
 	return true, 0
 }
 
-// give stops counting a request of sub that take counted, which took
-// that long (0 when no request was made: it was postponed after all).
-func (s *requestShares) give(sub string, took time.Duration) {
+// park parks p in sub's share, unless sub is under its share now (take
+// would count it), or the wait for a place is likely longer than parkFor:
+// its parked deliveries, p included, at one place every every. Parked
+// deliveries are at most capacity in all, and a share's at most its
+// limit. ok tells whether p was parked.
+func (s *requestShares) park(sub string, maxInFlight, capacity int, every time.Duration, p *parked) (ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh := s.subs[sub]
+	if sh == nil || s.parked >= capacity {
+		return false
+	}
+	limit := max(min(maxInFlight, fairShare(capacity, len(s.subs))), 1)
+	waiting := len(sh.queue) + 1
+	if sh.held < limit || waiting > limit || time.Duration(waiting)*every > parkFor {
+		return false
+	}
+	sh.queue = append(sh.queue, p)
+	s.parked++
+	return true
+}
+
+// unpark takes p out of sub's share, if it is still parked there.
+func (s *requestShares) unpark(sub string, p *parked) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.subs[sub]
+	if sh == nil {
+		return false
+	}
+	for i, q := range sh.queue {
+		if q == p {
+			sh.queue = append(sh.queue[:i], sh.queue[i+1:]...)
+			s.parked--
+			return true
+		}
+	}
+	return false
+}
+
+// unparkAll takes every parked delivery out of its share.
+func (s *requestShares) unparkAll() []*parked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []*parked
+	for _, sh := range s.subs {
+		all = append(all, sh.queue...)
+		sh.queue = nil
+	}
+	s.parked = 0
+	return all
+}
+
+// give stops counting a request of sub that take counted, which took
+// that long (0 when no request was made: it was postponed after all),
+// unless a delivery of sub is parked: then the place is next's, the
+// oldest parked, which the caller resumes.
+func (s *requestShares) give(sub string, took time.Duration) (next *parked) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.subs[sub]
+	if took > 0 {
+		if sh.took == 0 {
+			sh.took = took
+		} else {
+			sh.took += (took - sh.took) / 8
+		}
+	}
+	if len(sh.queue) > 0 {
+		next = sh.queue[0]
+		sh.queue[0] = nil
+		sh.queue = sh.queue[1:]
+		s.parked--
+		return next
+	}
 	if sh.held--; sh.held <= 0 {
 		delete(s.subs, sub)
-		return
 	}
-	if took <= 0 {
-		return
-	}
-	if sh.took == 0 {
-		sh.took = took
-	} else {
-		sh.took += (took - sh.took) / 8
-	}
+	return nil
 }
 
 // fairShare is how many of a worker's capacity one of subscriptions

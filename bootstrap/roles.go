@@ -160,6 +160,32 @@ var workerModule = fx.Module("worker",
 				return acks
 			},
 		}
+		// reportAttempt counts and logs what became of a delivery, the
+		// entry's handler's or, parked, later.
+		reportAttempt := func(res application.Attempted, err error) {
+			if err != nil {
+				// Its entry was acknowledged; the delivery comes back
+				// when its lease ends.
+				log.Error("delivery attempt not recorded", "delivery_id", res.Delivery.ID, "error", err)
+				return
+			}
+			if res.Degraded != nil {
+				m.ProtectionFailed()
+				log.Warn("shared endpoint protection unavailable; delivery protected by this worker alone", "delivery_id", res.Delivery.ID, "error", res.Degraded)
+			}
+			if res.Postponed != "" {
+				m.Postponed(res.Postponed)
+			}
+			if res.Breaker != nil {
+				m.Circuit(res.Delivery.SubscriptionID, *res.Breaker, res.Attempt.CreatedAt)
+			}
+			if !res.Skipped {
+				m.Attempted(res.Delivery.Status, res.Attempt.Duration, res.EventCreatedAt, res.Attempt.CreatedAt)
+				log.Debug("delivery attempted", "delivery_id", res.Delivery.ID, "attempt", res.Attempt.Number,
+					"status", res.Delivery.Status, "status_code", res.Attempt.StatusCode, "error", res.Attempt.Error)
+			}
+		}
+		deliver.Report = reportAttempt
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
@@ -177,21 +203,7 @@ var workerModule = fx.Module("worker",
 					log.Error("delivery attempt not recorded; the entry stays pending", "delivery_id", id, "error", err)
 					return nil
 				}
-				if res.Degraded != nil {
-					m.ProtectionFailed()
-					log.Warn("shared endpoint protection unavailable; delivery protected by this worker alone", "delivery_id", id, "error", res.Degraded)
-				}
-				if res.Postponed != "" {
-					m.Postponed(res.Postponed)
-				}
-				if res.Breaker != nil {
-					m.Circuit(res.Delivery.SubscriptionID, *res.Breaker, res.Attempt.CreatedAt)
-				}
-				if !res.Skipped {
-					m.Attempted(res.Delivery.Status, res.Attempt.Duration, res.EventCreatedAt, res.Attempt.CreatedAt)
-					log.Debug("delivery attempted", "delivery_id", res.Delivery.ID, "attempt", res.Attempt.Number,
-						"status", res.Delivery.Status, "status_code", res.Attempt.StatusCode, "error", res.Attempt.Error)
-				}
+				reportAttempt(res, nil)
 				return []string{msg.ID}
 			},
 		}
@@ -199,6 +211,9 @@ var workerModule = fx.Module("worker",
 			func(ctx context.Context) { _ = fanoutConsumer.Run(ctx) },
 			func(ctx context.Context) { _ = deliverConsumer.Run(ctx) },
 		}
+		// Hooks stop in reverse: the consumers first, then what they
+		// parked.
+		lc.Append(fx.Hook{OnStop: deliver.Stop})
 		startLoops(lc, runs...)
 	}),
 )
