@@ -10,6 +10,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
 )
 
 // pendingAfter reports how many entries of stream are still unacknowledged
@@ -31,7 +32,7 @@ func TestConsumerAcknowledgesOnlyWhatItFinished(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	q := memory.NewQueue(memory.QueueOptions{})
-	if err := q.Publish(ctx, "s", "ok-1", "fail-1", "ok-2", "slow-1"); err != nil {
+	if err := q.Publish(ctx, "s", queuetest.Entries("ok-1", "fail-1", "ok-2", "slow-1")...); err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
@@ -78,7 +79,7 @@ func TestConsumerDropsMalformedEntries(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	q := memory.NewQueue(memory.QueueOptions{})
-	if err := q.Publish(ctx, "s", "good", "", "junk", "good"); err != nil {
+	if err := q.Publish(ctx, "s", queuetest.Entries("good", "", "junk", "good")...); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -170,7 +171,7 @@ func TestConsumerBatchesAcknowledgements(t *testing.T) {
 	for i := range quick {
 		bodies = append(bodies, "ok-"+string(rune('A'+i)))
 	}
-	if err := q.Publish(ctx, "s", bodies...); err != nil {
+	if err := q.Publish(ctx, "s", queuetest.Entries(bodies...)...); err != nil {
 		t.Fatal(err)
 	}
 	idOf := map[string]string{} // body → entry id, filled as entries are handled
@@ -242,7 +243,7 @@ func TestConsumerAcknowledgesFullBatchAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{})}
-	if err := q.Publish(ctx, "s", "a", "b", "c", "d"); err != nil {
+	if err := q.Publish(ctx, "s", queuetest.Entries("a", "b", "c", "d")...); err != nil {
 		t.Fatal(err)
 	}
 	c := &application.Consumer{
@@ -334,7 +335,7 @@ func TestConsumerReadWait(t *testing.T) {
 			for i := range bodies {
 				bodies[i] = "e"
 			}
-			if err := q.Publish(ctx, "s", bodies...); err != nil {
+			if err := q.Publish(ctx, "s", queuetest.Entries(bodies...)...); err != nil {
 				t.Fatal(err)
 			}
 			c := &application.Consumer{

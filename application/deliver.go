@@ -241,7 +241,7 @@ func (uc *Deliver) attempt(ctx, keep context.Context, slot *requestSlot, claimed
 	if err != nil {
 		return Attempted{}, fmt.Errorf("record attempt %d of delivery %s: %w", attempt.Number, d.ID, err)
 	}
-	uc.enqueue(keep, inLine)
+	uc.enqueue(keep, d.SubscriptionID, inLine)
 	report.Delivery, report.Attempt, report.Outcome = next, attempt, out
 	return report, nil
 }
@@ -436,7 +436,7 @@ func (uc *Deliver) postponed(ctx context.Context, slot *requestSlot, report Atte
 		return Attempted{}, fmt.Errorf("postpone delivery %s (%s): %w", d.ID, reason, err)
 	}
 	if reason == domain.ReasonThrottled {
-		uc.requeueAt(later.ID, until)
+		uc.requeueAt(later, until)
 	}
 	report.Skipped, report.Postponed, report.Delivery = true, reason, later
 	return report, nil
@@ -459,7 +459,7 @@ func (uc *Deliver) release(ctx context.Context, d domain.Delivery) error {
 	if err != nil {
 		return err
 	}
-	uc.enqueue(ctx, inLine)
+	uc.enqueue(ctx, d.SubscriptionID, inLine)
 	return nil
 }
 
@@ -475,7 +475,7 @@ const maxRequeues = 256
 // refused again is postponed again. The scan still finds the ones whose
 // append is lost (a worker that stops first), and a delivery appended by
 // both is attempted once: the second claim finds it taken or done.
-func (uc *Deliver) requeueAt(id string, due time.Time) {
+func (uc *Deliver) requeueAt(d domain.Delivery, due time.Time) {
 	wait := max(due.Sub(uc.Clock.Now()), 0)
 	if uc.Queue == nil || wait > requeueWithin {
 		return
@@ -486,15 +486,16 @@ func (uc *Deliver) requeueAt(id string, due time.Time) {
 	}
 	time.AfterFunc(wait, func() {
 		defer uc.requeues.Add(-1)
-		uc.enqueue(context.Background(), []string{id})
+		uc.enqueue(context.Background(), d.SubscriptionID, []string{d.ID})
 	})
 }
 
-// enqueue appends deliveries that became first in line. If the append is
-// lost, the scheduler's scan finds them: they are due and not enqueued.
-func (uc *Deliver) enqueue(ctx context.Context, ids []string) {
+// enqueue appends deliveries ids of subscription sub (ones that became
+// first in line, or came due). If the append is lost, the scheduler's scan
+// finds them: they are due and not enqueued.
+func (uc *Deliver) enqueue(ctx context.Context, sub string, ids []string) {
 	if len(ids) > 0 && uc.Queue != nil {
-		_ = uc.Queue.Publish(ctx, ports.DeliveryStream, ids...)
+		_ = uc.Queue.Publish(ctx, ports.DeliveryStream, plainEntries(sub, ids...)...)
 	}
 }
 

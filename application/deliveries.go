@@ -63,7 +63,7 @@ func (uc *Deliveries) Retry(ctx context.Context, id string) (domain.Delivery, er
 	if err != nil {
 		return domain.Delivery{}, err
 	}
-	_ = uc.Queue.Publish(ctx, ports.DeliveryStream, d.ID) // the scheduler's scan is the fallback
+	_ = uc.Queue.Publish(ctx, ports.DeliveryStream, plainEntries(d.SubscriptionID, d.ID)...) // the scheduler's scan is the fallback
 	return d, nil
 }
 
@@ -84,7 +84,7 @@ func (uc *Deliveries) Recover(ctx context.Context, subscriptionID string, since 
 			return total, err
 		}
 		if len(r.IDs) > 0 {
-			_ = uc.Queue.Publish(ctx, ports.DeliveryStream, r.IDs...) // the scheduler's scan is the fallback
+			_ = uc.Queue.Publish(ctx, ports.DeliveryStream, plainEntries(subscriptionID, r.IDs...)...) // the scheduler's scan is the fallback
 		}
 		total += len(r.IDs)
 		if r.Next == "" {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // A delivery stream entry's body is a delivery id. The entry a delivery's
@@ -43,15 +44,42 @@ const freshMark = " fresh"
 // in the queue, or a visibility timeout too short for an attempt, makes it
 // claim.
 
-// freshEntries returns the fresh entries' bodies for the new deliveries
-// ds.
-func freshEntries(ds []domain.Delivery) []string {
-	bodies := make([]string, len(ds))
+// A delivery's entry is keyed by its subscription (ports.Entry.Key), an
+// event's by the event.
+
+// eventEntry returns the entry of event id.
+func eventEntry(id string) ports.Entry {
+	return ports.Entry{Key: id, Body: id}
+}
+
+// eventEntries returns the entries of events ids.
+func eventEntries(ids []string) []ports.Entry {
+	entries := make([]ports.Entry, len(ids))
+	for i, id := range ids {
+		entries[i] = eventEntry(id)
+	}
+	return entries
+}
+
+// plainEntries returns the plain entries of deliveries ids of subscription
+// sub.
+func plainEntries(sub string, ids ...string) []ports.Entry {
+	entries := make([]ports.Entry, len(ids))
+	for i, id := range ids {
+		entries[i] = ports.Entry{Key: sub, Body: id}
+	}
+	return entries
+}
+
+// freshEntries returns the fresh entries for the new deliveries ds.
+func freshEntries(ds []domain.Delivery) []ports.Entry {
+	entries := make([]ports.Entry, len(ds))
 	for i, d := range ds {
+		entries[i].Key = d.SubscriptionID
 		if d.EventID == "" || d.ReservedUntil.IsZero() {
 			// Not reserved (ordered), or not known: its holder's store
 			// reads it.
-			bodies[i] = d.ID + freshMark
+			entries[i].Body = d.ID + freshMark
 			continue
 		}
 		b := make([]byte, 0, len(d.ID)+len(freshMark)+len(d.EventID)+len(d.SubscriptionID)+36)
@@ -65,9 +93,9 @@ func freshEntries(ds []domain.Delivery) []string {
 		b = strconv.AppendInt(b, d.CreatedAt.UnixMicro(), 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, d.ReservedUntil.UnixMicro(), 10)
-		bodies[i] = string(b)
+		entries[i].Body = string(b)
 	}
-	return bodies
+	return entries
 }
 
 // DeliveryEntry reads a delivery stream entry's body: the delivery's id,

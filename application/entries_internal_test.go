@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 func TestAFreshEntryTellsTheDeliveryAsStored(t *testing.T) {
@@ -15,7 +16,11 @@ func TestAFreshEntryTellsTheDeliveryAsStored(t *testing.T) {
 	made, _ := deliveriesOf(e, domain.NewSubscriptionIndex(sub), now, 0, 30*time.Second)
 	d := made[0]
 
-	body := freshEntries(made)[0]
+	entry := freshEntries(made)[0]
+	if entry.Key != d.SubscriptionID {
+		t.Errorf("a fresh entry's key is %q, want its subscription %q", entry.Key, d.SubscriptionID)
+	}
+	body := entry.Body
 	if id, fresh := DeliveryEntry(body); id != d.ID || !fresh {
 		t.Fatalf("DeliveryEntry(%q) = %q, %v; want %q, fresh", body, id, fresh, d.ID)
 	}
@@ -72,8 +77,8 @@ func TestDeliveryEntries(t *testing.T) {
 func TestAnUnreservedDeliveryIsFreshByIdAlone(t *testing.T) {
 	// Ordered: claimed in line, so its entry tells nothing to take it by.
 	d := domain.Delivery{ID: "dlv_1", EventID: "evt_1", SubscriptionID: "sub_1", OrderingKey: "k", CreatedAt: time.Now()}
-	if got := freshEntries([]domain.Delivery{d})[0]; got != "dlv_1 fresh" {
-		t.Errorf("entry = %q, want %q", got, "dlv_1 fresh")
+	if got := freshEntries([]domain.Delivery{d})[0]; got != (ports.Entry{Key: "sub_1", Body: "dlv_1 fresh"}) {
+		t.Errorf("entry = %+v, want dlv_1 fresh keyed by sub_1", got)
 	}
 }
 
@@ -102,7 +107,7 @@ func FuzzDeliveryEntry(f *testing.F) {
 			return
 		}
 		// What it tells, it tells again.
-		if again := freshDelivery(freshEntries([]domain.Delivery{d})[0]); again != d {
+		if again := freshDelivery(freshEntries([]domain.Delivery{d})[0].Body); again != d {
 			t.Fatalf("entry of %+v reads back as %+v", d, again)
 		}
 	})

@@ -35,13 +35,15 @@ type recordingQueue struct {
 
 func newRecordingQueue() *recordingQueue { return &recordingQueue{published: map[string][]string{}} }
 
-func (q *recordingQueue) Publish(_ context.Context, stream string, bodies ...string) error {
+func (q *recordingQueue) Publish(_ context.Context, stream string, entries ...ports.Entry) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.fail != nil {
 		return q.fail
 	}
-	q.published[stream] = append(q.published[stream], bodies...)
+	for _, e := range entries {
+		q.published[stream] = append(q.published[stream], e.Body)
+	}
 	return nil
 }
 

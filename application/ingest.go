@@ -71,7 +71,7 @@ func (uc *Ingest) Publish(ctx context.Context, in domain.NewEventInput) (Publish
 		return Published{Event: stored, Replayed: true}, nil
 	}
 	out := Published{Event: stored}
-	if err := uc.Queue.Publish(ctx, ports.EventStream, stored.ID); err != nil {
+	if err := uc.Queue.Publish(ctx, ports.EventStream, eventEntry(stored.ID)); err != nil {
 		out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", stored.ID, err)
 	}
 	return out, nil
@@ -99,7 +99,7 @@ func (uc *Ingest) publishFannedOut(ctx context.Context, event domain.Event, limi
 	case fannedOut && len(deliveries) == 0:
 		out.Event.Status = domain.EventDelivered // nothing to do
 	case !fannedOut:
-		if err := uc.Queue.Publish(ctx, ports.EventStream, event.ID); err != nil {
+		if err := uc.Queue.Publish(ctx, ports.EventStream, eventEntry(event.ID)); err != nil {
 			out.EnqueueErr = fmt.Errorf("append event %s to stream: %w", event.ID, err)
 		}
 	case len(deliveries) > 0:

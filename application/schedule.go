@@ -77,7 +77,11 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 
 	due, err := uc.Deliveries.DueDeliveries(ctx, now, uc.visibility(), uc.batch())
 	if err == nil && len(due) > 0 {
-		err = uc.Queue.Publish(ctx, ports.DeliveryStream, due...)
+		entries := make([]ports.Entry, len(due))
+		for i, d := range due {
+			entries[i] = ports.Entry{Key: d.SubscriptionID, Body: d.ID}
+		}
+		err = uc.Queue.Publish(ctx, ports.DeliveryStream, entries...)
 	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("enqueue due deliveries: %w", err))
@@ -87,7 +91,7 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 
 	events, err := uc.Events.UnfannedEvents(ctx, now, uc.visibility(), uc.batch())
 	if err == nil && len(events) > 0 {
-		err = uc.Queue.Publish(ctx, ports.EventStream, events...)
+		err = uc.Queue.Publish(ctx, ports.EventStream, eventEntries(events)...)
 	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("enqueue unfanned events: %w", err))
@@ -193,17 +197,17 @@ func (uc *Schedule) reclaim(ctx context.Context, stream, group string) (int, err
 		}
 		return 0, err
 	}
-	bodies := make([]string, len(msgs))
+	entries := make([]ports.Entry, len(msgs))
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
-		bodies[i], ids[i] = m.Body, m.ID
+		entries[i], ids[i] = ports.Entry{Key: m.Key, Body: m.Body}, m.ID
 		if stream == ports.DeliveryStream {
 			// Its first holder may still be attempting the delivery under
 			// its creator's reservation: the next one claims it.
-			bodies[i] = plainEntry(m.Body)
+			entries[i].Body = plainEntry(m.Body)
 		}
 	}
-	if err := uc.Queue.Publish(ctx, stream, bodies...); err != nil {
+	if err := uc.Queue.Publish(ctx, stream, entries...); err != nil {
 		return 0, fmt.Errorf("re-append reclaimed %s entries: %w", stream, err)
 	}
 	if err := uc.Queue.Ack(ctx, stream, group, ids...); err != nil {

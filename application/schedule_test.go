@@ -19,17 +19,17 @@ type backlogStore struct {
 	scans            int
 }
 
-func (s *backlogStore) DueDeliveries(_ context.Context, _ time.Time, _ time.Duration, limit int) ([]string, error) {
+func (s *backlogStore) DueDeliveries(_ context.Context, _ time.Time, _ time.Duration, limit int) ([]ports.DueDelivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.scans++
 	n := min(limit, s.due)
 	s.due -= n
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("d%d-%d", s.scans, i)
+	due := make([]ports.DueDelivery, n)
+	for i := range due {
+		due[i] = ports.DueDelivery{ID: fmt.Sprintf("d%d-%d", s.scans, i), SubscriptionID: "sub_1"}
 	}
-	return ids, nil
+	return due, nil
 }
 
 func (s *backlogStore) UnfannedEvents(context.Context, time.Time, time.Duration, int) ([]string, error) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +44,27 @@ const (
 	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
 	// delivery unread for longer than anyone would trade for CPU.
 	MaxWorkerReadWait = time.Second
+	// DefaultQueue is the queue adapter of DISPATCH_QUEUE.
+	DefaultQueue = QueueRedis
+	// DefaultQueuePartitions is how many partitions the delivery stream is
+	// split into by subscription.
+	DefaultQueuePartitions = 16
+	// MaxQueuePartitions bounds QueuePartitions: each partition costs a
+	// read (Redis stream, NATS subject, Kafka partition) in every worker.
+	MaxQueuePartitions = 1024
+	DefaultQueuePrefix = "dispatch"
+	DefaultNATSURL     = "nats://127.0.0.1:4222"
+	DefaultKafkaBroker = "127.0.0.1:9092"
 )
+
+// Queue adapters (DISPATCH_QUEUE).
+const (
+	// QueueRedis is Redis Streams, the default.
+	QueueRedis = "redis"
+)
+
+// queues are the values DISPATCH_QUEUE takes.
+var queues = []string{QueueRedis}
 
 // Config is every setting of every role. Each field is a flag and a
 // DISPATCH_* environment variable (DATABASE_URL and REDIS_URL keep their
@@ -55,6 +76,23 @@ type Config struct {
 	RedisURL string
 	// RedisKeyPrefix starts every Redis key, so deployments can share a Redis.
 	RedisKeyPrefix string
+	// RedisCluster says RedisURL is go-redis's cluster URL
+	// (redis://h1:p1?addr=h2:p2&addr=h3:p3).
+	RedisCluster bool
+	// Queue is the adapter carrying the work: one of queues. Protections
+	// stay in Redis whichever it is.
+	Queue string
+	// QueuePartitions is how many partitions the delivery stream is split
+	// into, by subscription.
+	QueuePartitions int
+	// QueuePrefix starts every stream, subject, topic and consumer group
+	// name of the queue, so deployments can share a broker. (On Redis,
+	// RedisKeyPrefix starts every key.)
+	QueuePrefix string
+	// NATSURL is the NATS server of DISPATCH_QUEUE=nats.
+	NATSURL string
+	// KafkaBrokers are the Kafka seed brokers of DISPATCH_QUEUE=kafka.
+	KafkaBrokers []string
 	// ListenAddr is the HTTP address of the API (api, all, dev).
 	ListenAddr string
 	// AdminAddr serves /health, /ready and /metrics for worker and scheduler;
@@ -141,6 +179,11 @@ func DefaultConfig() Config {
 		DatabaseURL:             DefaultDatabaseURL,
 		RedisURL:                DefaultRedisURL,
 		RedisKeyPrefix:          DefaultRedisKeyPrefix,
+		Queue:                   DefaultQueue,
+		QueuePartitions:         DefaultQueuePartitions,
+		QueuePrefix:             DefaultQueuePrefix,
+		NATSURL:                 DefaultNATSURL,
+		KafkaBrokers:            []string{DefaultKafkaBroker},
 		ListenAddr:              DefaultListenAddr,
 		SchedulerPollInterval:   DefaultPollInterval,
 		SchedulerBatchSize:      application.DefaultSchedulerBatchSize,
@@ -167,6 +210,10 @@ func envVar(flagName string) string {
 		return "DATABASE_URL"
 	case "redis-url":
 		return "REDIS_URL"
+	case "nats-url":
+		return "NATS_URL"
+	case "kafka-brokers":
+		return "KAFKA_BROKERS"
 	}
 	return "DISPATCH_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -193,6 +240,12 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	str(&c.DatabaseURL, "database-url", "PostgreSQL connection URL")
 	str(&c.RedisURL, "redis-url", "Redis URL (the DB index is honoured)")
 	str(&c.RedisKeyPrefix, "redis-key-prefix", "prefix of every Redis key")
+	parse((*boolValue)(&c.RedisCluster), "redis-cluster", "redis-url is a Redis Cluster URL: redis://h1:p1?addr=h2:p2&addr=h3:p3")
+	str(&c.Queue, "queue", "queue carrying the work: "+strings.Join(queues, ", "))
+	parse((*intValue)(&c.QueuePartitions), "queue-partitions", "partitions of the delivery stream, by subscription")
+	str(&c.QueuePrefix, "queue-prefix", "prefix of every stream, subject, topic and consumer group name of the queue")
+	str(&c.NATSURL, "nats-url", "NATS server of the nats queue")
+	parse((*listValue)(&c.KafkaBrokers), "kafka-brokers", "comma-separated Kafka seed brokers of the kafka queue")
 	str(&c.ListenAddr, "listen-addr", "HTTP address of the API")
 	str(&c.AdminAddr, "admin-addr", "address of /health, /ready, /metrics for worker and scheduler (off when empty)")
 	parse((*listValue)(&c.APIKeys), "api-keys", "comma-separated accepted API keys")
@@ -229,6 +282,9 @@ func (c *Config) Validate() error {
 	}
 	check(c.DatabaseURL != "", "database-url must be set")
 	check(c.RedisURL != "", "redis-url must be set")
+	check(slices.Contains(queues, c.Queue), "queue must be one of %s, got %q", strings.Join(queues, ", "), c.Queue)
+	check(c.QueuePartitions >= 1 && c.QueuePartitions <= MaxQueuePartitions, "queue-partitions must be 1..%d, got %d", MaxQueuePartitions, c.QueuePartitions)
+	check(c.QueuePrefix != "", "queue-prefix must be set")
 	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)

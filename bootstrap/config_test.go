@@ -163,3 +163,44 @@ func TestDevKeyIsLongEnough(t *testing.T) {
 		t.Errorf("dev key %d characters: %v", len(cfg.APIKeys[0]), err)
 	}
 }
+
+func TestQueueConfig(t *testing.T) {
+	cfg := bootstrap.DefaultConfig()
+	if cfg.Queue != "redis" || cfg.QueuePartitions != 16 || cfg.QueuePrefix != "dispatch" ||
+		cfg.NATSURL != "nats://127.0.0.1:4222" || strings.Join(cfg.KafkaBrokers, ",") != "127.0.0.1:9092" || cfg.RedisCluster {
+		t.Errorf("queue defaults %q %d %q %q %q %v, want SPEC §7's", cfg.Queue, cfg.QueuePartitions, cfg.QueuePrefix, cfg.NATSURL, cfg.KafkaBrokers, cfg.RedisCluster)
+	}
+	t.Run("queue", func(t *testing.T) {
+		testSetting(t, "DISPATCH_QUEUE", func(c bootstrap.Config) string { return c.Queue }, []settingCase[string]{
+			{"redis", nil, "redis"},
+		}, map[string]string{
+			"rabbitmq": `queue must be one of redis`,
+			"":         `got ""`,
+		})
+	})
+	t.Run("partitions", func(t *testing.T) {
+		testSetting(t, "DISPATCH_QUEUE_PARTITIONS", func(c bootstrap.Config) int { return c.QueuePartitions }, []settingCase[int]{
+			{"1", nil, 1},
+			{"64", []string{"--queue-partitions", "32"}, 32},
+		}, map[string]string{
+			"0":    "queue-partitions must be 1..1024, got 0",
+			"2000": "queue-partitions must be 1..1024, got 2000",
+			"many": "$DISPATCH_QUEUE_PARTITIONS",
+		})
+	})
+	t.Run("prefix", func(t *testing.T) {
+		testSetting(t, "DISPATCH_QUEUE_PREFIX", func(c bootstrap.Config) string { return c.QueuePrefix }, []settingCase[string]{
+			{"staging", nil, "staging"},
+		}, map[string]string{"": "queue-prefix must be set"})
+	})
+	t.Run("kafka", func(t *testing.T) {
+		testSetting(t, "KAFKA_BROKERS", func(c bootstrap.Config) string { return strings.Join(c.KafkaBrokers, ",") }, []settingCase[string]{
+			{"k1:9092,k2:9092", nil, "k1:9092,k2:9092"},
+		}, nil)
+	})
+	t.Run("nats", func(t *testing.T) {
+		testSetting(t, "NATS_URL", func(c bootstrap.Config) string { return c.NATSURL }, []settingCase[string]{
+			{"nats://n1:4222", nil, "nats://n1:4222"},
+		}, nil)
+	})
+}

@@ -103,7 +103,7 @@ func dispatchBinary(t *testing.T) string {
 func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 	c.t.Helper()
 	cmd := exec.Command(dispatchBinary(c.t), string(role))
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), queueEnv(c.cfg)...),
 		"DATABASE_URL="+c.cfg.DatabaseURL,
 		"REDIS_URL="+c.cfg.RedisURL,
 		"DISPATCH_REDIS_KEY_PREFIX="+c.cfg.RedisKeyPrefix,
@@ -210,11 +210,11 @@ type failingQueue struct {
 	stream string
 }
 
-func (q failingQueue) Publish(ctx context.Context, stream string, bodies ...string) error {
+func (q failingQueue) Publish(ctx context.Context, stream string, entries ...ports.Entry) error {
 	if stream == q.stream {
 		return errors.New("injected: redis unavailable")
 	}
-	return q.Queue.Publish(ctx, stream, bodies...)
+	return q.Queue.Publish(ctx, stream, entries...)
 }
 
 func failPublishTo(stream string) fx.Option {

@@ -59,6 +59,7 @@ func testConfig(t *testing.T) bootstrap.Config {
 	cfg.AllowPrivateTargets = true
 	cfg.SchedulerPollInterval = 50 * time.Millisecond
 	cfg.LogLevel = "error"
+	testQueue(t, &cfg)
 	return cfg
 }
 

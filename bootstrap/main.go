@@ -36,7 +36,7 @@ Roles:
   worker     fans events out and delivers them
   scheduler  re-enqueues due retries and lost work, reclaims dead consumers' entries
   all        every role in one process (applies migrations first)
-  dev        every role with an embedded Redis and an in-memory store: nothing to install, nothing durable
+  dev        every role with an in-memory store and queue and an embedded Redis: nothing to install, nothing durable
   migrate    applies database migrations and exits
   reencrypt  rewrites every subscription's secrets and headers under the first key of
              DISPATCH_ENCRYPTION_KEYS, in batches, reports how many rows it rewrote, and exits

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -111,9 +112,10 @@ var memoryStoreModule = fx.Module("memory-store",
 	fx.Provide(func() ports.Store { return memory.NewStore() }, noReadyWarnings),
 )
 
-// redisModule provides the Redis queue.
+// redisModule provides Redis, for protections, and the queue chosen by
+// DISPATCH_QUEUE.
 var redisModule = fx.Module("redis",
-	fx.Provide(newRedisClient, newQueue),
+	fx.Provide(newRedisClient, newChosenQueue),
 )
 
 func newRedisClient(lc fx.Lifecycle, cfg Config) (goredis.UniversalClient, error) {
@@ -127,9 +129,10 @@ func newRedisClient(lc fx.Lifecycle, cfg Config) (goredis.UniversalClient, error
 	return client, nil
 }
 
-// embeddedRedisModule runs an in-process Redis (miniredis) for `dispatch dev`.
+// embeddedRedisModule runs an in-process Redis (miniredis), for
+// protections, and the in-memory queue, for `dispatch dev`.
 var embeddedRedisModule = fx.Module("embedded-redis",
-	fx.Provide(newEmbeddedRedis, newQueue),
+	fx.Provide(newEmbeddedRedis, func() ports.Queue { return memory.NewQueue(memory.QueueOptions{}) }),
 )
 
 func newEmbeddedRedis(lc fx.Lifecycle) (goredis.UniversalClient, error) {
@@ -142,6 +145,16 @@ func newEmbeddedRedis(lc fx.Lifecycle) (goredis.UniversalClient, error) {
 	return client, nil
 }
 
+// newChosenQueue connects the queue adapter of cfg.Queue.
+func newChosenQueue(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config) (ports.Queue, error) {
+	switch cfg.Queue {
+	case QueueRedis:
+		return newQueue(client, cfg)
+	}
+	return nil, fmt.Errorf("unknown queue %q (want one of %s)", cfg.Queue, strings.Join(queues, ", "))
+}
+
+// newQueue is the Redis Streams queue on client.
 func newQueue(client goredis.UniversalClient, cfg Config) (ports.Queue, error) {
 	opts := redis.DefaultQueueOptions()
 	opts.Prefix = cfg.RedisKeyPrefix

@@ -292,7 +292,7 @@ var devBanner = fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *APIServer) {
 	lc.Append(fx.StartHook(func() {
 		base := "http://" + api.Addr()
 		fmt.Printf(`
-  Dispatch dev mode: every role in one process, embedded Redis, in-memory store.
+  Dispatch dev mode: every role in one process, in-memory store and queue, embedded Redis.
   !!! NOTHING IS DURABLE: all events, subscriptions and deliveries are lost on exit. !!!
 
   API      %[1]s/v1

@@ -27,13 +27,15 @@ type publishLog struct {
 	ids []string
 }
 
-func (q *publishLog) Publish(ctx context.Context, stream string, bodies ...string) error {
+func (q *publishLog) Publish(ctx context.Context, stream string, entries ...ports.Entry) error {
 	if stream == ports.DeliveryStream {
 		q.mu.Lock()
-		q.ids = append(q.ids, bodies...)
+		for _, e := range entries {
+			q.ids = append(q.ids, e.Body)
+		}
 		q.mu.Unlock()
 	}
-	return q.Queue.Publish(ctx, stream, bodies...)
+	return q.Queue.Publish(ctx, stream, entries...)
 }
 
 // TestTwoSchedulersNeverEnqueueTheSameDeliveryInOneCycle runs two

@@ -14,12 +14,24 @@ const (
 	DeliveryStream = "deliveries"
 )
 
+// Entry is one entry to publish.
+type Entry struct {
+	// Key places the entry in one of its stream's partitions: entries of
+	// one key go to one partition, and a queue spreads keys over its
+	// partitions. The delivery stream is keyed by subscription id, the
+	// event stream by event id.
+	Key string
+	// Body is the entry's content: an event or delivery id (see
+	// application's entries).
+	Body string
+}
+
 // Message is one entry read from a stream.
 type Message struct {
 	// ID identifies the entry for Ack; it is assigned by the queue.
 	ID string
-	// Body is what was published (an event or delivery id).
-	Body string
+	// Key and Body are what was published.
+	Key, Body string
 }
 
 // Queue is a set of append-only streams read through consumer groups, with
@@ -27,9 +39,10 @@ type Message struct {
 // that group until acknowledged, and can be reclaimed by another consumer
 // once it has been idle long enough. All methods are safe for concurrent use.
 type Queue interface {
-	// Publish appends bodies to stream, in order, and returns once the queue
-	// has accepted all of them. On error some may have been appended.
-	Publish(ctx context.Context, stream string, bodies ...string) error
+	// Publish appends entries to stream, those of one key in order, and
+	// returns once the queue has accepted all of them. On error some may
+	// have been appended.
+	Publish(ctx context.Context, stream string, entries ...Entry) error
 	// Read returns up to count entries of stream never delivered to group,
 	// creating the group (reading from the stream's start) if needed. It
 	// waits up to block for at least one entry (block <= 0 does not wait,

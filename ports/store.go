@@ -141,7 +141,7 @@ type EventStore interface {
 	// fan-out has not been recorded (CreateDeliveries was never called for
 	// them) and that were neither created nor picked by an earlier sweep
 	// after now-requeueAfter, oldest first. It marks them picked at now and
-	// returns their ids, skipping rows another caller holds, so concurrent
+	// returns them, skipping rows another caller holds, so concurrent
 	// sweeps never return the same event and a slow fan-out is not flooded
 	// with copies.
 	UnfannedEvents(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
@@ -280,9 +280,15 @@ type DeliveryScan interface {
 	// was lost, a delivering one whose lease or reservation expired),
 	// oldest NextAttemptAt first, leaving out ordered deliveries held back
 	// (see DeliveryClaims.ClaimDelivery). It marks them enqueued at now and
-	// returns their ids, skipping rows another caller holds, so concurrent
+	// returns them, skipping rows another caller holds, so concurrent
 	// scans never return the same delivery.
-	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error)
+	DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]DueDelivery, error)
+}
+
+// DueDelivery is a delivery the scheduler's scan made due: its id, and its
+// subscription's, which keys its entry in the delivery stream.
+type DueDelivery struct {
+	ID, SubscriptionID string
 }
 
 // DeliveryRecords is the operator's side: reads of deliveries and their

@@ -164,6 +164,6 @@ WITH never_enqueued AS (
 ), marked AS (
     UPDATE deliveries SET enqueued_at = @now
     FROM due WHERE deliveries.id = due.id
-    RETURNING deliveries.id, deliveries.next_attempt_at
+    RETURNING deliveries.id, deliveries.subscription_id, deliveries.next_attempt_at
 )
-SELECT marked.id FROM marked ORDER BY marked.next_attempt_at, marked.id;
+SELECT marked.id, marked.subscription_id FROM marked ORDER BY marked.next_attempt_at, marked.id;

@@ -37,7 +37,7 @@ func (fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, err
 // nopQueue accepts every publish; these tests look at the store.
 type nopQueue struct{ ports.Queue }
 
-func (nopQueue) Publish(context.Context, string, ...string) error { return nil }
+func (nopQueue) Publish(context.Context, string, ...ports.Entry) error { return nil }
 
 type server struct {
 	*httptest.Server

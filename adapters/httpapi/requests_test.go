@@ -25,7 +25,7 @@ import (
 // enqueued, which the API logs within the request.
 type refusingQueue struct{ ports.Queue }
 
-func (refusingQueue) Publish(context.Context, string, ...string) error {
+func (refusingQueue) Publish(context.Context, string, ...ports.Entry) error {
 	return errors.New("queue unavailable")
 }
 

@@ -107,8 +107,8 @@ func parseQueueEntryID(s string) (queueEntryID, error) {
 }
 
 type queueEntry struct {
-	id   queueEntryID
-	body string
+	id        queueEntryID
+	key, body string
 }
 
 type queueStream struct {
@@ -161,27 +161,28 @@ func (q *Queue) streamLocked(name string) *queueStream {
 	return s
 }
 
-// Publish appends bodies to stream, all under one lock so that they get
-// consecutive ids, and wakes blocked readers.
-func (q *Queue) Publish(ctx context.Context, stream string, bodies ...string) error {
+// Publish appends entries to stream, all under one lock so that they get
+// consecutive ids, and wakes blocked readers. A stream is one partition:
+// it keeps the order of every key.
+func (q *Queue) Publish(ctx context.Context, stream string, entries ...ports.Entry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(bodies) == 0 {
+	if len(entries) == 0 {
 		return nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := q.streamLocked(stream)
 	ms := uint64(max(q.now().UnixMilli(), 0))
-	for _, body := range bodies {
+	for _, e := range entries {
 		// Like Redis: the clock's millisecond, or the last id's plus one in
 		// sequence when the clock has not moved past it.
 		id := queueEntryID{ms: ms}
 		if compareQueueEntryIDs(id, s.lastID) <= 0 {
 			id = queueEntryID{ms: s.lastID.ms, seq: s.lastID.seq + 1}
 		}
-		s.entries = append(s.entries, queueEntry{id: id, body: body})
+		s.entries = append(s.entries, queueEntry{id: id, key: e.Key, body: e.Body})
 		s.lastID = id
 	}
 	if q.maxLen > 0 && len(s.entries) > q.maxLen {
@@ -248,7 +249,7 @@ func (q *Queue) readLocked(stream, groupName, consumer string, count int) []port
 		g.pending[e.id] = &queuePending{consumer: consumer, deliveredAt: now}
 		g.order = append(g.order, e.id)
 		g.lastDelivered = e.id
-		msgs = append(msgs, ports.Message{ID: e.id.String(), Body: e.body})
+		msgs = append(msgs, ports.Message{ID: e.id.String(), Key: e.key, Body: e.body})
 	}
 	return msgs
 }
@@ -321,7 +322,7 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 		}
 		p.consumer = consumer
 		p.deliveredAt = now
-		msgs = append(msgs, ports.Message{ID: id.String(), Body: e.body})
+		msgs = append(msgs, ports.Message{ID: id.String(), Key: e.key, Body: e.body})
 		if len(msgs) == count {
 			break
 		}

@@ -67,12 +67,12 @@ func TestQueueMaxLenTrimsOldest(t *testing.T) {
 	clock := &queueClock{now: time.Unix(1000, 0)}
 	q := memory.NewQueue(memory.QueueOptions{Now: clock.Now, MaxLen: 3})
 
-	require.NoError(t, q.Publish(ctx, "s", "0", "1"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("0", "1")...))
 	read, err := q.Read(ctx, "s", "g", "dead", 10, 0)
 	require.NoError(t, err)
 	require.Len(t, read, 2)
 	for i := 2; i < 6; i++ {
-		require.NoError(t, q.Publish(ctx, "s", strconv.Itoa(i)))
+		require.NoError(t, q.Publish(ctx, "s", queuetest.Entries(strconv.Itoa(i))...))
 	}
 
 	// Entries 0..2 were trimmed; a new group starts at what is left.
@@ -95,9 +95,9 @@ func TestQueueIDsAreOrderedAndAckParsesThem(t *testing.T) {
 	ctx := t.Context()
 	clock := &queueClock{now: time.UnixMilli(5000)}
 	q := memory.NewQueue(memory.QueueOptions{Now: clock.Now})
-	require.NoError(t, q.Publish(ctx, "s", "a", "b"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("a", "b")...))
 	clock.Advance(-time.Second) // a clock going backwards must not reorder ids
-	require.NoError(t, q.Publish(ctx, "s", "c"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("c")...))
 	msgs, err := q.Read(ctx, "s", "g", "c", 10, 0)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"5000-0", "5000-1", "5000-2"}, []string{msgs[0].ID, msgs[1].ID, msgs[2].ID})
@@ -109,7 +109,7 @@ func TestQueueCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	q := memory.NewQueue(memory.QueueOptions{})
-	assert.ErrorIs(t, q.Publish(ctx, "s", "x"), context.Canceled)
+	assert.ErrorIs(t, q.Publish(ctx, "s", queuetest.Entries("x")...), context.Canceled)
 	_, err := q.Read(ctx, "s", "g", "c", 1, time.Second)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, q.Ack(ctx, "s", "g", "1-1"), context.Canceled)
@@ -123,4 +123,10 @@ func queueBodies(msgs []ports.Message) []string {
 		out[i] = m.Body
 	}
 	return out
+}
+
+// BenchmarkPublishConsume is the round trip every queue adapter measures
+// (queuetest.BenchPublishConsume).
+func BenchmarkPublishConsume(b *testing.B) {
+	queuetest.BenchPublishConsume(b, memory.NewQueue(memory.QueueOptions{}))
 }

@@ -783,7 +783,7 @@ func (s *Store) bySubscription(eventID string) []domain.Delivery {
 }
 
 // DueDeliveries implements ports.DeliveryScan.
-func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]ports.DueDelivery, error) {
 	now = normalizeTime(now)
 	enqueuedBefore := normalizeTime(now.Add(-requeueAfter))
 	s.mu.Lock()
@@ -805,12 +805,12 @@ func (s *Store) DueDeliveries(_ context.Context, now time.Time, requeueAfter tim
 		return cmp.Or(a.delivery.NextAttemptAt.Compare(b.delivery.NextAttemptAt), cmp.Compare(a.delivery.ID, b.delivery.ID))
 	})
 	due = due[:min(len(due), max(limit, 0))]
-	ids := make([]string, len(due))
+	out := make([]ports.DueDelivery, len(due))
 	for i, d := range due {
 		d.enqueuedAt = now
-		ids[i] = d.delivery.ID
+		out[i] = ports.DueDelivery{ID: d.delivery.ID, SubscriptionID: d.delivery.SubscriptionID}
 	}
-	return ids, nil
+	return out, nil
 }
 
 // normalizeTime keeps what PostgreSQL keeps: microseconds, no zone. Times

@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
 )
 
 // Benchmarks of the store's hot paths against a real PostgreSQL:
@@ -268,7 +269,7 @@ func benchIngest(b *testing.B, store *postgres.Store, queue ports.Queue) {
 				return
 			}
 			if queue != nil {
-				if err := queue.Publish(ctx, ports.EventStream, e.ID); err != nil {
+				if err := queue.Publish(ctx, ports.EventStream, queuetest.Entries(e.ID)...); err != nil {
 					b.Error(err)
 					return
 				}

@@ -716,11 +716,11 @@ func (s *Store) EventAttempts(ctx context.Context, eventID string, p ports.Attem
 
 // DueDeliveries implements ports.DeliveryScan with one statement (see the
 // DueDeliveries query for why concurrent scans never overlap).
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter time.Duration, limit int) ([]ports.DueDelivery, error) {
 	if limit < 1 {
 		return nil, nil
 	}
-	ids, err := s.planned.DueDeliveries(ctx, sqlcgen.DueDeliveriesParams{
+	rows, err := s.planned.DueDeliveries(ctx, sqlcgen.DueDeliveriesParams{
 		Now:            now,
 		EnqueuedBefore: now.Add(-requeueAfter),
 		MaxRows:        int32(limit),
@@ -728,5 +728,9 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, requeueAfter t
 	if err != nil {
 		return nil, fmt.Errorf("scan due deliveries: %w", interpretError(err))
 	}
-	return ids, nil
+	due := make([]ports.DueDelivery, len(rows))
+	for i, r := range rows {
+		due[i] = ports.DueDelivery{ID: r.ID, SubscriptionID: r.SubscriptionID}
+	}
+	return due, nil
 }

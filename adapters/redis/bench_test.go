@@ -7,6 +7,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
 )
 
 // BenchmarkIngestPublish measures the queue's share of durable ingest: 64
@@ -25,7 +26,7 @@ func BenchmarkIngestPublish(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			if err := q.Publish(ctx, ports.EventStream, "evt_01JBENCHMARKBENCHMARKBENCHM"); err != nil {
+			if err := q.Publish(ctx, ports.EventStream, queuetest.Entries("evt_01JBENCHMARKBENCHMARKBENCHM")...); err != nil {
 				b.Error(err)
 				return
 			}

@@ -6,6 +6,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dispatch-webhooks/dispatch/internal/batch"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // Limits of one group commit of Publish calls: up to maxPublishCalls calls
@@ -18,22 +19,22 @@ const (
 )
 
 // publisher returns the group commit of Publish calls to the stream at key.
-func (q *Queue) publisher(key string) *batch.Batcher[[]string] {
+func (q *Queue) publisher(key string) *batch.Batcher[[]ports.Entry] {
 	if b, ok := q.publishers.Load(key); ok {
-		return b.(*batch.Batcher[[]string])
+		return b.(*batch.Batcher[[]ports.Entry])
 	}
-	b := batch.New(func(ctx context.Context, calls [][]string, errs []error) {
+	b := batch.New(func(ctx context.Context, calls [][]ports.Entry, errs []error) {
 		q.publishBatch(ctx, key, calls, errs)
-	}, batch.Limits[[]string]{
+	}, batch.Limits[[]ports.Entry]{
 		MaxItems:  maxPublishCalls,
 		MaxWeight: maxPublishEntries,
-		Weigh:     func(bodies []string) int { return len(bodies) },
+		Weigh:     func(entries []ports.Entry) int { return len(entries) },
 	})
 	actual, _ := q.publishers.LoadOrStore(key, b)
-	return actual.(*batch.Batcher[[]string])
+	return actual.(*batch.Batcher[[]ports.Entry])
 }
 
-// publishBatch is the batch.WriteFunc of Publish: the bodies of every
+// publishBatch is the batch.WriteFunc of Publish: the entries of every
 // call, in call order, as XADDs to key in one pipeline. Each XADD has its
 // own reply, so a call fails only if one of its own entries was not
 // appended; a broken connection fails every call.
@@ -46,7 +47,7 @@ func (q *Queue) publisher(key string) *batch.Batcher[[]string] {
 // entries was read in reads of one, each then claimed, admitted and
 // recorded in a batch of its own. After EXEC the first blocked reader
 // takes the whole batch in one read.
-func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]string, errs []error) {
+func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]ports.Entry, errs []error) {
 	if len(calls) == 1 && len(calls[0]) == 1 {
 		errs[0] = interpretError(q.client.XAdd(ctx, q.xaddArgs(key, calls[0][0])).Err())
 		return
@@ -56,10 +57,10 @@ func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]string, 
 	// carries its own, read below (EXEC runs every queued command, whatever
 	// one of them replies).
 	_, _ = q.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, bodies := range calls {
-			cmds[i] = make([]*goredis.StringCmd, len(bodies))
-			for j, body := range bodies {
-				cmds[i][j] = p.XAdd(ctx, q.xaddArgs(key, body))
+		for i, entries := range calls {
+			cmds[i] = make([]*goredis.StringCmd, len(entries))
+			for j, e := range entries {
+				cmds[i][j] = p.XAdd(ctx, q.xaddArgs(key, e))
 			}
 		}
 		return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
 )
 
 // Tests of Publish's group commit. A client hook holds every XADD at a gate,
@@ -118,7 +119,7 @@ func gatedQueue(t *testing.T) (*Queue, *xaddGate) {
 // publishAsync calls Publish on a goroutine of its own.
 func publishAsync(ctx context.Context, q *Queue, bodies ...string) <-chan error {
 	out := make(chan error, 1)
-	go func() { out <- q.Publish(ctx, ports.EventStream, bodies...) }()
+	go func() { out <- q.Publish(ctx, ports.EventStream, queuetest.Entries(bodies...)...) }()
 	return out
 }
 
@@ -218,7 +219,7 @@ func TestPublishAfterTheConnectionBreaks(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			err := q.Publish(t.Context(), ports.EventStream, fmt.Sprint(i))
+			err := q.Publish(t.Context(), ports.EventStream, queuetest.Entries(fmt.Sprint(i))...)
 			assert.Error(t, err, "call %d", i)
 		})
 	}
@@ -279,7 +280,7 @@ func TestBlockedReaderTakesAPublishWhole(t *testing.T) {
 		return false
 	}, waitFor, time.Millisecond, "the reader to block on the stream")
 
-	require.NoError(t, publisher.Publish(t.Context(), ports.DeliveryStream, "a", "b", "c"))
+	require.NoError(t, publisher.Publish(t.Context(), ports.DeliveryStream, queuetest.Entries("a", "b", "c")...))
 	select {
 	case msgs := <-read:
 		bodies := make([]string, len(msgs))

@@ -26,9 +26,12 @@ const (
 	DefaultBlockSlice = 100 * time.Millisecond
 )
 
-// bodyField is the one field of every stream entry. It is short because it
-// is stored once per entry.
-const bodyField = "b"
+// The fields of a stream entry: its body, and its key unless that is
+// empty. They are short because they are stored once per entry.
+const (
+	bodyField = "b"
+	keyField  = "k"
+)
 
 // reclaimPages bounds how many XAUTOCLAIM calls one Reclaim makes, so a huge
 // pending list is walked over several Reclaim calls instead of one slow one.
@@ -150,28 +153,32 @@ func (q *Queue) key(stream string) string {
 // its way, Publish returns ctx's error at once, but the pipeline goes on
 // for the other callers and the entries may be appended all the same (the
 // port allows it: "on error some may have been appended").
-func (q *Queue) Publish(ctx context.Context, stream string, bodies ...string) error {
-	if len(bodies) == 0 {
+func (q *Queue) Publish(ctx context.Context, stream string, entries ...ports.Entry) error {
+	if len(entries) == 0 {
 		return nil
 	}
 	key := q.key(stream)
 	// A copy: a caller that gives up may reuse its slice while the pipeline
 	// holding it is still being written.
-	if err := q.publisher(key).Commit(ctx, slices.Clone(bodies)); err != nil {
-		if len(bodies) == 1 {
+	if err := q.publisher(key).Commit(ctx, slices.Clone(entries)); err != nil {
+		if len(entries) == 1 {
 			return fmt.Errorf("redis queue: publish to %s: %w", key, err)
 		}
-		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(bodies), key, err)
+		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(entries), key, err)
 	}
 	return nil
 }
 
-func (q *Queue) xaddArgs(key, body string) *goredis.XAddArgs {
+func (q *Queue) xaddArgs(stream string, e ports.Entry) *goredis.XAddArgs {
+	values := []string{bodyField, e.Body}
+	if e.Key != "" {
+		values = append(values, keyField, e.Key)
+	}
 	return &goredis.XAddArgs{
-		Stream: key,
+		Stream: stream,
 		MaxLen: q.maxLen, // 0 leaves MAXLEN out
 		Approx: true,
-		Values: []string{bodyField, body},
+		Values: values,
 	}
 }
 
@@ -431,7 +438,8 @@ func toMessages(streams []goredis.XStream) []ports.Message {
 	for _, s := range streams {
 		for _, m := range s.Messages {
 			body, _ := m.Values[bodyField].(string)
-			msgs = append(msgs, ports.Message{ID: m.ID, Body: body})
+			key, _ := m.Values[keyField].(string)
+			msgs = append(msgs, ports.Message{ID: m.ID, Key: key, Body: body})
 		}
 	}
 	return msgs
@@ -477,8 +485,8 @@ func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted [
 		if len(pair) > 1 {
 			fields = pair[1]
 		}
-		body, present := entryBody(fields)
-		claimed = append(claimed, claimedEntry{msg: ports.Message{ID: id, Body: body}, trimmed: !present})
+		key, body, present := entryFields(fields)
+		claimed = append(claimed, claimedEntry{msg: ports.Message{ID: id, Key: key, Body: body}, trimmed: !present})
 	}
 	if len(reply) > 2 {
 		ids, _ := reply[2].([]any)
@@ -491,33 +499,31 @@ func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted [
 	return next, claimed, deleted, nil
 }
 
-// entryBody finds the body among an entry's fields, which RESP2 sends as a
-// flat array and RESP3 may send as a map. present is false when the entry
-// has no data at all.
-func entryBody(fields any) (body string, present bool) {
+// entryFields finds the key and the body among an entry's fields, which
+// RESP2 sends as a flat array and RESP3 may send as a map. present is false
+// when the entry has no data at all.
+func entryFields(fields any) (key, body string, present bool) {
 	switch f := fields.(type) {
 	case []any:
 		for i := 0; i+1 < len(f); i += 2 {
-			if name, _ := f[i].(string); name == bodyField {
+			switch name, _ := f[i].(string); name {
+			case bodyField:
 				body, _ = f[i+1].(string)
-				return body, true
+			case keyField:
+				key, _ = f[i+1].(string)
 			}
 		}
-		return "", len(f) > 0
+		return key, body, len(f) > 0
 	case map[any]any:
-		if v, ok := f[bodyField]; ok {
-			body, _ = v.(string)
-			return body, true
-		}
-		return "", len(f) > 0
+		body, _ = f[bodyField].(string)
+		key, _ = f[keyField].(string)
+		return key, body, len(f) > 0
 	case map[string]any:
-		if v, ok := f[bodyField]; ok {
-			body, _ = v.(string)
-			return body, true
-		}
-		return "", len(f) > 0
+		body, _ = f[bodyField].(string)
+		key, _ = f[keyField].(string)
+		return key, body, len(f) > 0
 	default:
-		return "", false
+		return "", "", false
 	}
 }
 

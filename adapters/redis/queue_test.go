@@ -129,7 +129,7 @@ func TestQueueTrimsApproximately(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = strconv.Itoa(i)
 	}
-	require.NoError(t, q.Publish(ctx, "trim", bodies...))
+	require.NoError(t, q.Publish(ctx, "trim", queuetest.Entries(bodies...)...))
 	n, err := client.XLen(ctx, q.key("trim")).Result()
 	require.NoError(t, err)
 	assert.Less(t, n, int64(500), "the stream must be trimmed towards MaxLen")
@@ -150,7 +150,7 @@ func TestQueueNoTrimWhenMaxLenZero(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = strconv.Itoa(i)
 	}
-	require.NoError(t, q.Publish(ctx, "keep", bodies...))
+	require.NoError(t, q.Publish(ctx, "keep", queuetest.Entries(bodies...)...))
 	n, err := client.XLen(ctx, q.key("keep")).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(300), n)
@@ -164,7 +164,7 @@ func TestQueueReclaimAcksTrimmedEntries(t *testing.T) {
 	client := redistest.Client(t)
 	q := newTestQueue(t, client, QueueOptions{Prefix: redistest.Prefix(t)})
 	ctx := t.Context()
-	require.NoError(t, q.Publish(ctx, "s", "a", "b"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("a", "b")...))
 	msgs, err := q.Read(ctx, "s", "g", "dead", 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
@@ -185,7 +185,7 @@ func TestQueueRecreatesGroupAfterFlush(t *testing.T) {
 	mr, client := redistest.Mini(t)
 	q := newTestQueue(t, client, QueueOptions{})
 	ctx := t.Context()
-	require.NoError(t, q.Publish(ctx, "s", "before"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("before")...))
 	msgs, err := q.Read(ctx, "s", "g", "c", 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
@@ -194,7 +194,7 @@ func TestQueueRecreatesGroupAfterFlush(t *testing.T) {
 	msgs, err = q.Read(ctx, "s", "g", "c", 10, 0)
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
-	require.NoError(t, q.Publish(ctx, "s", "after"))
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("after")...))
 	msgs, err = q.Read(ctx, "s", "g", "c", 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
@@ -213,7 +213,7 @@ func TestQueueErrors(t *testing.T) {
 	mr.Close()
 	ctx := t.Context()
 
-	err := q.Publish(ctx, "s", "x")
+	err := q.Publish(ctx, "s", queuetest.Entries("x")...)
 	require.Error(t, err)
 	var redisErr goredis.Error
 	assert.NotErrorAs(t, err, &redisErr)
@@ -271,7 +271,7 @@ func BenchmarkQueuePublish(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := q.Publish(ctx, "bench", batch...); err != nil {
+		if err := q.Publish(ctx, "bench", queuetest.Entries(batch...)...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -295,7 +295,7 @@ func BenchmarkQueueConsume(b *testing.B) {
 	read := 0
 	for b.Loop() {
 		b.StopTimer()
-		if err := q.Publish(ctx, "bench", bodies...); err != nil {
+		if err := q.Publish(ctx, "bench", queuetest.Entries(bodies...)...); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -313,4 +313,12 @@ func BenchmarkQueueConsume(b *testing.B) {
 		read += len(msgs)
 	}
 	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "entries/s")
+}
+
+// BenchmarkPublishConsume is the round trip every queue adapter measures
+// (queuetest.BenchPublishConsume).
+func BenchmarkPublishConsume(b *testing.B) {
+	opts := DefaultQueueOptions()
+	opts.Prefix = redistest.Prefix(b)
+	queuetest.BenchPublishConsume(b, newTestQueue(b, redistest.Client(b), opts))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
 )
 
 // onBothRedises runs test against the real Redis and against miniredis,
@@ -39,7 +40,7 @@ func TestQueueTrimIsExact(t *testing.T) {
 		for i := range bodies {
 			bodies[i] = strconv.Itoa(i)
 		}
-		require.NoError(t, q.Publish(ctx, "s", bodies...))
+		require.NoError(t, q.Publish(ctx, "s", queuetest.Entries(bodies...)...))
 		msgs, err := q.Read(ctx, "s", "g", "c", len(bodies), time.Second)
 		require.NoError(t, err)
 		require.Len(t, msgs, len(bodies))

@@ -34,7 +34,7 @@ func RunLag(t *testing.T, newQueue func(t *testing.T) LagQueue) {
 			}
 		}
 		lag(0, 0, "no stream")
-		if err := q.Publish(ctx, "lagged", "a", "b", "c", "d"); err != nil {
+		if err := q.Publish(ctx, "lagged", Entries("a", "b", "c", "d")...); err != nil {
 			t.Fatal(err)
 		}
 		lag(4, 0, "no group yet: every entry is unread")

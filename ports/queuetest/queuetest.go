@@ -72,6 +72,7 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		fn   func(t *testing.T)
 	}{
 		{"PublishReadOrder", s.testPublishReadOrder},
+		{"KeysComeBackAndKeepTheirOrder", s.testKeys},
 		{"ReadCount", s.testReadCount},
 		{"ReadBeforePublish", s.testReadBeforePublish},
 		{"OneGroupSeesEachEntryOnce", s.testOneGroupSeesEachEntryOnce},
@@ -113,6 +114,16 @@ func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*waitFor)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Entries returns entries of bodies, without a key: the entries of one
+// partition, which keep their order.
+func Entries(bodies ...string) []ports.Entry {
+	out := make([]ports.Entry, len(bodies))
+	for i, b := range bodies {
+		out[i] = ports.Entry{Body: b}
+	}
+	return out
 }
 
 func bodiesN(prefix string, n int) []string {
@@ -197,9 +208,9 @@ func (s suite) reclaimUntil(t *testing.T, q ports.Queue, group, consumer string,
 func (s suite) testPublishReadOrder(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	want := bodiesN("order-", 12)
-	require.NoError(t, q.Publish(ctx, streamName, want[:5]...))
-	require.NoError(t, q.Publish(ctx, streamName, want[5]))
-	require.NoError(t, q.Publish(ctx, streamName, want[6:]...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want[:5]...)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want[5])...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want[6:]...)...))
 	require.NoError(t, q.Publish(ctx, streamName), "publishing nothing is a no-op")
 
 	got := readAll(t, q, streamName, "g", "c1", len(want))
@@ -211,10 +222,48 @@ func (s suite) testPublishReadOrder(t *testing.T) {
 	assert.Len(t, compactSet(ids), len(ids), "ids are unique: %v", ids)
 }
 
+// testKeys publishes entries of several keys, interleaved, and reads them
+// back: each with its key, read and reclaimed, and each key's entries in
+// the order they were published.
+func (s suite) testKeys(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	var published []ports.Entry
+	for i := range 40 {
+		published = append(published, ports.Entry{Key: "sub_" + strconv.Itoa(i%7), Body: "keyed-" + strconv.Itoa(i)})
+	}
+	require.NoError(t, q.Publish(ctx, streamName, published[:25]...))
+	require.NoError(t, q.Publish(ctx, streamName, published[25:]...))
+
+	got := readAll(t, q, streamName, "g", "c1", len(published))
+	keyOf := map[string]string{}
+	for _, e := range published {
+		keyOf[e.Body] = e.Key
+	}
+	byKey := map[string][]string{}
+	for _, m := range got {
+		assert.Equal(t, keyOf[m.Body], m.Key, "entry %s comes back with its key", m.Body)
+		byKey[m.Key] = append(byKey[m.Key], m.Body)
+	}
+	for key, bodies := range byKey {
+		var want []string
+		for _, e := range published {
+			if e.Key == key {
+				want = append(want, e.Body)
+			}
+		}
+		assert.Equal(t, want, bodies, "the entries of key %s in publish order", key)
+	}
+
+	reclaimed := s.reclaimUntil(t, q, "g", "c2", s.idleFor(t, q), len(got), idsOf(got))
+	for _, m := range reclaimed {
+		assert.Equal(t, keyOf[m.Body], m.Key, "reclaimed entry %s keeps its key", m.Body)
+	}
+}
+
 func (s suite) testReadCount(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	want := bodiesN("count-", 10)
-	require.NoError(t, q.Publish(ctx, streamName, want...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want...)...))
 
 	first, err := q.Read(ctx, streamName, "g", "c1", 3, time.Second)
 	require.NoError(t, err)
@@ -230,7 +279,7 @@ func (s suite) testReadBeforePublish(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
 
-	require.NoError(t, q.Publish(ctx, streamName, "after"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("after")...))
 	got := readAll(t, q, streamName, "g", "c1", 1)
 	assert.Equal(t, []string{"after"}, bodiesOf(got))
 
@@ -242,7 +291,7 @@ func (s suite) testReadBeforePublish(t *testing.T) {
 func (s suite) testOneGroupSeesEachEntryOnce(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	want := bodiesN("once-", 10)
-	require.NoError(t, q.Publish(ctx, streamName, want...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want...)...))
 
 	a, err := q.Read(ctx, streamName, "g", "a", 4, time.Second)
 	require.NoError(t, err)
@@ -259,7 +308,7 @@ func (s suite) testOneGroupSeesEachEntryOnce(t *testing.T) {
 func (s suite) testGroupsAreIndependent(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	want := bodiesN("fan-", 10)
-	require.NoError(t, q.Publish(ctx, streamName, want...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(want...)...))
 
 	g1 := readAll(t, q, streamName, "g1", "c", 10)
 	g2 := readAll(t, q, streamName, "g2", "c", 10)
@@ -270,8 +319,8 @@ func (s suite) testGroupsAreIndependent(t *testing.T) {
 
 func (s suite) testStreamsAreIndependent(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, "on-contract"))
-	require.NoError(t, q.Publish(ctx, streamName+"-other", "on-other"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("on-contract")...))
+	require.NoError(t, q.Publish(ctx, streamName+"-other", Entries("on-other")...))
 
 	got := readAll(t, q, streamName, "g", "c", 1)
 	assert.Equal(t, []string{"on-contract"}, bodiesOf(got))
@@ -324,7 +373,7 @@ func (s suite) testReadWakesOnPublish(t *testing.T) {
 	}()
 	// Publishing before the reader blocks is fine too: either way it must
 	// return the entry long before its block ends.
-	require.NoError(t, q.Publish(ctx, streamName, "wake"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("wake")...))
 	select {
 	case r := <-done:
 		require.NoError(t, r.err)
@@ -355,7 +404,7 @@ func (s suite) testReadReturnsOnCancel(t *testing.T) {
 
 func (s suite) testAckRemovesFromPending(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, bodiesN("ack-", 3)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(bodiesN("ack-", 3)...)...))
 	got := readAll(t, q, streamName, "g", "dead", 3)
 	require.NoError(t, q.Ack(ctx, streamName, "g", got[0].ID, got[2].ID))
 
@@ -378,7 +427,7 @@ func (s suite) testAckUnknownIDs(t *testing.T) {
 	require.NoError(t, q.Ack(ctx, streamName, "g"), "no ids is a no-op")
 	require.NoError(t, q.Ack(ctx, "never-created", "g", "1-1"), "unknown stream")
 
-	require.NoError(t, q.Publish(ctx, streamName, "x"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("x")...))
 	got := readAll(t, q, streamName, "g", "c", 1)
 	require.NoError(t, q.Ack(ctx, streamName, "other-group", got[0].ID), "unknown group")
 	require.NoError(t, q.Ack(ctx, streamName, "g", "1-1", "9999999999999-0"), "ids that were never pending")
@@ -388,7 +437,7 @@ func (s suite) testAckUnknownIDs(t *testing.T) {
 
 func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, bodiesN("idle-", 3)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(bodiesN("idle-", 3)...)...))
 	got := readAll(t, q, streamName, "g", "dead", 3)
 	want := idsOf(got)
 
@@ -428,7 +477,7 @@ func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
 
 func (s suite) testReclaimCount(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, bodiesN("rc-", 5)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(bodiesN("rc-", 5)...)...))
 	got := readAll(t, q, streamName, "g", "dead", 5)
 
 	minIdle := s.idleFor(t, q)
@@ -442,7 +491,7 @@ func (s suite) testReclaimUnknownGroup(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
 
-	require.NoError(t, q.Publish(ctx, streamName, "x"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("x")...))
 	msgs, err = q.Reclaim(ctx, streamName, "no-such-group", "c", 0, 10)
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
@@ -453,7 +502,7 @@ func (s suite) testReclaimSkipsTrimmedEntries(t *testing.T) {
 		t.Skip("the adapter cannot drop an entry's data (Features.DropEntryData)")
 	}
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, bodiesN("trim-", 3)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(bodiesN("trim-", 3)...)...))
 	got := readAll(t, q, streamName, "g", "dead", 3)
 	s.f.DropEntryData(t, q, streamName, got[1].ID)
 
@@ -505,7 +554,7 @@ func (s suite) assertTrimmedTo(t *testing.T, q ports.Queue, observer string, wan
 
 func (s suite) testTrimRemovesAcknowledged(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
-	require.NoError(t, q.Publish(ctx, streamName, bodiesN("done-", 5)...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(bodiesN("done-", 5)...)...))
 	for _, g := range []string{"g1", "g2"} {
 		got := readAll(t, q, streamName, g, "c", 5)
 		require.NoError(t, q.Ack(ctx, streamName, g, idsOf(got)...))
@@ -514,7 +563,7 @@ func (s suite) testTrimRemovesAcknowledged(t *testing.T) {
 	s.assertTrimmedTo(t, q, "observer1", []string{}, "entries every group acknowledged must be removed")
 
 	// The trimmed stream and its groups carry on; ids keep growing.
-	require.NoError(t, q.Publish(ctx, streamName, "next"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("next")...))
 	got := readAll(t, q, streamName, "g1", "c", 1)
 	assert.Equal(t, []string{"next"}, bodiesOf(got))
 	require.NoError(t, q.Ack(ctx, streamName, "g1", got[0].ID))
@@ -530,7 +579,7 @@ func (s suite) testTrimKeepsUnread(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, msgs)
 	all := bodiesN("unread-", 5)
-	require.NoError(t, q.Publish(ctx, streamName, all...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(all...)...))
 	fast := readAll(t, q, streamName, "fast", "c", 5)
 	require.NoError(t, q.Ack(ctx, streamName, "fast", idsOf(fast)...))
 
@@ -549,7 +598,7 @@ func (s suite) testTrimKeepsUnread(t *testing.T) {
 func (s suite) testTrimKeepsPending(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	all := bodiesN("pending-", 5)
-	require.NoError(t, q.Publish(ctx, streamName, all...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(all...)...))
 	dead := readAll(t, q, streamName, "g1", "dead", 5)
 	require.NoError(t, q.Ack(ctx, streamName, "g1", dead[0].ID, dead[2].ID, dead[3].ID, dead[4].ID))
 	other := readAll(t, q, streamName, "g2", "c", 5)
@@ -572,7 +621,7 @@ func (s suite) testTrimKeepsPending(t *testing.T) {
 func (s suite) testTrimWithoutGroups(t *testing.T) {
 	q, ctx := s.newQueue(t), ctxFor(t)
 	all := bodiesN("nogroup-", 3)
-	require.NoError(t, q.Publish(ctx, streamName, all...))
+	require.NoError(t, q.Publish(ctx, streamName, Entries(all...)...))
 	require.NoError(t, q.Trim(ctx, streamName))
 	got := readAll(t, q, streamName, "g", "c", 3)
 	assert.Equal(t, all, bodiesOf(got), "a stream without groups must be left alone")
@@ -586,7 +635,7 @@ func (s suite) testTrimMissingStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, msgs)
 	require.NoError(t, q.Trim(ctx, streamName))
-	require.NoError(t, q.Publish(ctx, streamName, "after"))
+	require.NoError(t, q.Publish(ctx, streamName, Entries("after")...))
 	got := readAll(t, q, streamName, "g", "c", 1)
 	assert.Equal(t, []string{"after"}, bodiesOf(got))
 }
@@ -615,7 +664,7 @@ func (s suite) testConcurrent(t *testing.T) {
 				for j := i; j < min(i+25, perPublisher); j++ {
 					batch = append(batch, fmt.Sprintf("p%d-%d", p, j))
 				}
-				if err := q.Publish(ctx, streamName, batch...); err != nil {
+				if err := q.Publish(ctx, streamName, Entries(batch...)...); err != nil {
 					errs <- fmt.Errorf("publisher %d: %w", p, err)
 					return
 				}
@@ -725,7 +774,7 @@ func (s suite) testConcurrentPublishOrder(t *testing.T) {
 				for i := range bodies {
 					bodies[i] = fmt.Sprintf("p%d-c%d-%d", p, c, i)
 				}
-				if !assert.NoError(t, q.Publish(ctx, streamName, bodies...), "publisher %d call %d", p, c) {
+				if !assert.NoError(t, q.Publish(ctx, streamName, Entries(bodies...)...), "publisher %d call %d", p, c) {
 					return
 				}
 			}

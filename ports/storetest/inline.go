@@ -62,7 +62,7 @@ func testInlineFanOut(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		unfanned, err := f.store.UnfannedEvents(f.ctx, base.Add(domain.DefaultTimeout*100), 0, 10)
 		require.NoError(t, err)
 		assert.Empty(t, unfanned, "a fanned-out event is not in the outbox")
-		due, err := f.store.DueDeliveries(f.ctx, base, 0, 10)
+		due, err := f.due(base, 0, 10)
 		require.NoError(t, err)
 		assert.Equal(t, created, due, "the delivery counts as enqueued at creation: due once its requeue window passed")
 		claimed, err := f.store.ClaimDelivery(f.ctx, created[0], base, 0)

@@ -169,7 +169,7 @@ func testOrdering(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				// The first delivery settles: d is next in line unless held.
 				_, _, next := f.recordNext(f.claim(first, base), base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
 				now := base.Add(time.Hour)
-				due, err := f.store.DueDeliveries(f.ctx, now, time.Minute, 10)
+				due, err := f.due(now, time.Minute, 10)
 				require.NoError(t, err)
 				_, claimErr := f.store.ClaimDelivery(f.ctx, d.ID, now, leaseMargin(now, now.Add(30*time.Second)))
 				if tc.wantHeld {
@@ -203,16 +203,16 @@ func testOrdering(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		now := base.Add(time.Second)
 		_, err = f.store.ClaimDelivery(f.ctx, d2.ID, now, leaseMargin(now, now.Add(30*time.Second)))
 		require.ErrorIs(t, err, domain.ErrConflict, "held behind d1")
-		due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 10)
+		due, err := f.due(now, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "a held delivery is not enqueued again and again")
-		due, err = f.store.DueDeliveries(f.ctx, now.Add(requeueAfter), requeueAfter, 10)
+		due, err = f.due(now.Add(requeueAfter), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "nor once its creation-time enqueue has expired")
 
 		_, _, next := f.recordNext(claimed, now, outcome{status: domain.DeliveryDelivered, statusCode: 200})
 		assert.Equal(t, []string{d2.ID}, next)
-		due, err = f.store.DueDeliveries(f.ctx, now, requeueAfter, 10)
+		due, err = f.due(now, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d2.ID}, due, "first in line: the next scan enqueues it")
 		_, err = f.store.ClaimDelivery(f.ctx, d2.ID, now, leaseMargin(now, now.Add(30*time.Second)))

@@ -55,7 +55,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 					require.NoError(f.t, err)
 					// The scheduler enqueues it; the retry must clear that
 					// mark, or the next scan would skip it for requeueAfter.
-					due, err := f.store.DueDeliveries(f.ctx, now.Add(-time.Second), requeueAfter, 10)
+					due, err := f.due(now.Add(-time.Second), requeueAfter, 10)
 					require.NoError(f.t, err)
 					require.Equal(f.t, []string{d.ID}, due)
 					return wantDelivery(d)
@@ -84,7 +84,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 				assert.Equal(t, got, stored, "and stored")
 				assertEventStatus(t, f, e.ID, domain.EventPending, "the event is pending again")
 
-				due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 10)
+				due, err := f.due(now, requeueAfter, 10)
 				require.NoError(t, err)
 				assert.Equal(t, []string{before.ID}, due, "due at now, enqueued mark cleared")
 				_, err = f.store.ClaimDelivery(f.ctx, before.ID, now, leaseMargin(now, now.Add(time.Minute)))
@@ -186,7 +186,7 @@ func testRecovery(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.ElementsMatch(t, want, got, "every dead delivery of the subscription that died at or after since")
 
-		due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 100)
+		due, err := f.due(now, requeueAfter, 100)
 		require.NoError(t, err)
 		for i, row := range rows {
 			d, err := f.store.GetDelivery(f.ctx, stored[i].ID)

@@ -137,10 +137,10 @@ func testRelease(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		_, err := f.store.ReleaseDelivery(f.ctx, claimed)
 		require.NoError(t, err)
 
-		due, err := f.store.DueDeliveries(f.ctx, base.Add(time.Second-time.Microsecond), requeueAfter, 10)
+		due, err := f.due(base.Add(time.Second-time.Microsecond), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "not due yet")
-		due, err = f.store.DueDeliveries(f.ctx, base.Add(time.Second), requeueAfter, 10)
+		due, err = f.due(base.Add(time.Second), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "due as soon as the postponement ends")
 	})

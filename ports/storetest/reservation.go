@@ -48,7 +48,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 
 		_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, takeMargin)
 		require.ErrorIs(t, err, domain.ErrConflict, "a reserved delivery is not claimed by anyone else")
-		due, err := f.store.DueDeliveries(f.ctx, base.Add(reserved-time.Microsecond), 0, 10)
+		due, err := f.due(base.Add(reserved-time.Microsecond), 0, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "a reserved delivery is not due to the scheduler")
 
@@ -104,7 +104,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		d := f.freshDelivery(f.event(), sub)
 
 		end := base.Add(reserved)
-		due, err := f.store.DueDeliveries(f.ctx, end, 0, 10)
+		due, err := f.due(end, 0, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "due once nobody attempted it in its reservation (its entry was lost)")
 		got := f.claim(d, end)
@@ -134,7 +134,7 @@ func testReservation(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		postponed.NextAttemptAt, postponed.Reason, postponed.UpdatedAt = retry, domain.ReasonThrottled, base.Add(time.Second)
 		_, err = f.store.ReleaseDelivery(f.ctx, postponed)
 		require.NoError(t, err)
-		due, err := f.store.DueDeliveries(f.ctx, retry, time.Hour, 10)
+		due, err := f.due(retry, time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{throttled.ID}, due, "the postponed delivery is due at its new time")
 		_, err = f.store.ClaimDelivery(f.ctx, throttled.ID, retry, takeMargin)

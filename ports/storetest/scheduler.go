@@ -23,20 +23,20 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		sub := f.subscription()
 		d := f.fanOut(f.event(), base, sub)[0]
 
-		due, err := f.store.DueDeliveries(f.ctx, base.Add(requeueAfter-time.Second), requeueAfter, 10)
+		due, err := f.due(base.Add(requeueAfter-time.Second), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "a delivery just appended to the queue is not re-enqueued")
 
 		lost := base.Add(requeueAfter)
-		due, err = f.store.DueDeliveries(f.ctx, lost, requeueAfter, 10)
+		due, err = f.due(lost, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "a delivery whose append was lost is re-enqueued after requeueAfter")
 
-		due, err = f.store.DueDeliveries(f.ctx, lost, requeueAfter, 10)
+		due, err = f.due(lost, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "the scan marks what it returns as enqueued")
 
-		due, err = f.store.DueDeliveries(f.ctx, lost.Add(requeueAfter), requeueAfter, 10)
+		due, err = f.due(lost.Add(requeueAfter), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "and re-enqueues it again if that append is lost too")
 	})
@@ -51,10 +51,10 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		// cleared mark lets the scan see it.
 		f.record(f.claim(d, base), base.Add(time.Second), outcome{status: domain.DeliveryRetrying, statusCode: 500, next: retryAt})
 
-		due, err := f.store.DueDeliveries(f.ctx, retryAt.Add(-time.Microsecond), requeueAfter, 10)
+		due, err := f.due(retryAt.Add(-time.Microsecond), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "not due yet")
-		due, err = f.store.DueDeliveries(f.ctx, retryAt, requeueAfter, 10)
+		due, err = f.due(retryAt, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "RecordAttempt cleared the enqueued mark, so the retry is due at once")
 	})
@@ -68,10 +68,10 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		_, err := f.store.ClaimDelivery(f.ctx, d.ID, base, leaseMargin(base, lease))
 		require.NoError(t, err)
 
-		due, err := f.store.DueDeliveries(f.ctx, lease.Add(-time.Second), requeueAfter, 10)
+		due, err := f.due(lease.Add(-time.Second), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due, "a delivery under a live lease is not due")
-		due, err = f.store.DueDeliveries(f.ctx, lease, requeueAfter, 10)
+		due, err = f.due(lease, requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{d.ID}, due, "a delivering one whose lease expired (its worker died)")
 	})
@@ -83,7 +83,7 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		ds := f.fanOut(f.event(), base, subA, subB)
 		f.record(f.claim(ds[0], base), base, outcome{status: domain.DeliveryDelivered, statusCode: 200})
 		f.record(f.claim(ds[1], base), base, outcome{status: domain.DeliveryDead, statusCode: 410})
-		due, err := f.store.DueDeliveries(f.ctx, base.Add(24*time.Hour), requeueAfter, 10)
+		due, err := f.due(base.Add(24*time.Hour), requeueAfter, 10)
 		require.NoError(t, err)
 		assert.Empty(t, due)
 	})
@@ -105,10 +105,10 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		slices.SortFunc(want, func(a, b domain.Delivery) int { return a.NextAttemptAt.Compare(b.NextAttemptAt) })
 
 		now := base.Add(time.Hour)
-		first, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 3)
+		first, err := f.due(now, requeueAfter, 3)
 		require.NoError(t, err)
 		assert.Equal(t, ids(want[:3]), first, "oldest NextAttemptAt first, at most limit")
-		rest, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 3)
+		rest, err := f.due(now, requeueAfter, 3)
 		require.NoError(t, err)
 		assert.Equal(t, ids(want[3:]), rest)
 	})
@@ -135,7 +135,7 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		for i := range scanners {
 			wg.Go(func() {
 				for {
-					due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, 7)
+					due, err := f.due(now, requeueAfter, 7)
 					if err != nil || len(due) == 0 {
 						errs[i] = err
 						return
@@ -150,7 +150,7 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 			require.NoError(t, errs[i], "scanner %d", i)
 			all = append(all, results[i]...)
 		}
-		rest, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, total)
+		rest, err := f.due(now, requeueAfter, total)
 		require.NoError(t, err)
 		all = append(all, rest...)
 		slices.Sort(all)
@@ -158,4 +158,23 @@ func testScheduler(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		slices.Sort(created)
 		assert.Equal(t, created, all, "every due delivery is returned exactly once")
 	})
+}
+
+// due runs the scheduler's scan and returns the ids it made due, checking
+// that each comes with its own subscription's id (the key of its entry).
+func (f *fixture) due(now time.Time, requeueAfter time.Duration, limit int) ([]string, error) {
+	due, err := f.store.DueDeliveries(f.ctx, now, requeueAfter, limit)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(due))
+	for i, d := range due {
+		stored, err := f.store.GetDelivery(f.ctx, d.ID)
+		if err != nil {
+			return nil, err
+		}
+		assert.Equal(f.t, stored.SubscriptionID, d.SubscriptionID, "the scan returns delivery %s with its subscription", d.ID)
+		ids[i] = d.ID
+	}
+	return ids, nil
 }

@@ -89,15 +89,20 @@ WITH never_enqueued AS (
 ), marked AS (
     UPDATE deliveries SET enqueued_at = $1
     FROM due WHERE deliveries.id = due.id
-    RETURNING deliveries.id, deliveries.next_attempt_at
+    RETURNING deliveries.id, deliveries.subscription_id, deliveries.next_attempt_at
 )
-SELECT marked.id FROM marked ORDER BY marked.next_attempt_at, marked.id
+SELECT marked.id, marked.subscription_id FROM marked ORDER BY marked.next_attempt_at, marked.id
 `
 
 type DueDeliveriesParams struct {
 	Now            time.Time
 	MaxRows        int32
 	EnqueuedBefore time.Time
+}
+
+type DueDeliveriesRow struct {
+	ID             string
+	SubscriptionID string
 }
 
 // The scheduler's scan: due, non-terminal deliveries neither leased nor
@@ -116,19 +121,19 @@ type DueDeliveriesParams struct {
 // the commit and unmarked, so the next scan finds it. Both ask
 // first_in_line: each must filter before its LIMIT, or rows held behind an
 // earlier one could fill it.
-func (q *Queries) DueDeliveries(ctx context.Context, arg DueDeliveriesParams) ([]string, error) {
+func (q *Queries) DueDeliveries(ctx context.Context, arg DueDeliveriesParams) ([]DueDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, dueDeliveries, arg.Now, arg.MaxRows, arg.EnqueuedBefore)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []DueDeliveriesRow{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var i DueDeliveriesRow
+		if err := rows.Scan(&i.ID, &i.SubscriptionID); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

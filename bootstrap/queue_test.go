@@ -1,0 +1,41 @@
+package bootstrap_test
+
+import (
+	"cmp"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-webhooks/dispatch/bootstrap"
+)
+
+// testQueue points cfg at the queue that $DISPATCH_QUEUE names (Redis when
+// unset), under a prefix of t's own, so that the end-to-end tests run
+// unchanged on every adapter: `DISPATCH_QUEUE=nats go test ./bootstrap/`.
+func testQueue(t *testing.T, cfg *bootstrap.Config) {
+	t.Helper()
+	cfg.Queue = cmp.Or(os.Getenv("DISPATCH_QUEUE"), bootstrap.DefaultQueue)
+	cfg.QueuePrefix = queuePrefix(t)
+}
+
+// queuePrefix is a queue prefix of t's own: its name, in the characters
+// every broker accepts in a name.
+func queuePrefix(t *testing.T) string {
+	name := strings.ToLower(notNameChars.ReplaceAllString(t.Name(), "_"))
+	return "t_" + name[max(len(name)-60, 0):]
+}
+
+var notNameChars = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// queueEnv is the environment of a dispatch process on cfg's queue.
+func queueEnv(cfg bootstrap.Config) []string {
+	return []string{
+		"DISPATCH_QUEUE=" + cfg.Queue,
+		"DISPATCH_QUEUE_PREFIX=" + cfg.QueuePrefix,
+		"DISPATCH_QUEUE_PARTITIONS=" + strconv.Itoa(cfg.QueuePartitions),
+		"NATS_URL=" + cfg.NATSURL,
+		"KAFKA_BROKERS=" + strings.Join(cfg.KafkaBrokers, ","),
+	}
+}
