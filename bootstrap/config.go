@@ -108,6 +108,9 @@ type Config struct {
 	// such as 10.20.0.0/16 for endpoints on an internal network. Checked at
 	// create/update and at every connection, like the guard itself.
 	AllowedTargets []netip.Prefix
+	// AttemptBodyBytes is how much of an endpoint's response body each
+	// attempt keeps (0 keeps none).
+	AttemptBodyBytes int
 	// OutboundProxy is the HTTP (CONNECT) or SOCKS5 proxy every delivery
 	// goes out through, for a fixed egress address; the zero value
 	// connects to endpoints directly. The SSRF guard still checks the
@@ -192,6 +195,7 @@ func DefaultConfig() Config {
 		InlineFanOutMax:         application.DefaultMaxInlineDeliveries,
 		FanOutMaxUnread:         application.DefaultFanOutMaxUnread,
 		MaxEventBytes:           DefaultMaxEventBytes,
+		AttemptBodyBytes:        domain.DefaultResponseBody,
 		MaxBodyBytes:            DefaultMaxBodyBytes,
 		RequestTimeout:          DefaultRequestTimeout,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
@@ -255,6 +259,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.SchedulerPollInterval), "scheduler-poll-interval", "pause between scheduler scans; a tenth of it after a scan that took a whole batch")
 	parse((*intValue)(&c.SchedulerBatchSize), "scheduler-batch-size", "most rows one scheduler scan takes")
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
+	parse((*intValue)(&c.AttemptBodyBytes), "attempt-body-bytes", "bytes of an endpoint's response body each attempt keeps (0: none)")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
 	parse((*durationValue)(&c.WorkerReadWait), "worker-read-wait", "how long a worker waits before reading more deliveries after a read that did not fill, to handle them in larger batches: less CPU per delivery, up to this much more latency (0: never waits)")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
@@ -290,6 +295,7 @@ func (c *Config) Validate() error {
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
 	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
+	check(c.AttemptBodyBytes >= 0 && c.AttemptBodyBytes <= domain.MaxResponseBody, "attempt-body-bytes must be 0..%d, got %d", domain.MaxResponseBody, c.AttemptBodyBytes)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.MaxBodyBytes >= 1024, "max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.RequestTimeout >= 10*time.Millisecond, "request-timeout must be at least 10ms, got %s", c.RequestTimeout)

@@ -231,7 +231,11 @@ func newSender(cfg Config) ports.Sender {
 // flight, since all of them can be to one host: a send that finds every
 // connection busy waits for one.
 func senderOptions(cfg Config) webhook.SenderOptions {
-	return webhook.SenderOptions{Policy: cfg.TargetPolicy(), MaxConnsPerHost: cfg.WorkerConcurrency, Proxy: cfg.OutboundProxy}
+	keep := cfg.AttemptBodyBytes
+	if keep == 0 {
+		keep = -1 // none; the sender's zero value is its default
+	}
+	return webhook.SenderOptions{Policy: cfg.TargetPolicy(), MaxConnsPerHost: cfg.WorkerConcurrency, Proxy: cfg.OutboundProxy, KeepBody: keep}
 }
 
 func newGuard(cfg Config) ports.EndpointGuard {

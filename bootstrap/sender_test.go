@@ -56,3 +56,19 @@ func TestOutboundProxyConfig(t *testing.T) {
 		}
 	}
 }
+
+// DISPATCH_ATTEMPT_BODY_BYTES reaches the sender: 0 keeps none (the
+// sender's negative), and more than the sender can keep is refused.
+func TestAttemptBodyBytesConfig(t *testing.T) {
+	testSetting(t, "DISPATCH_ATTEMPT_BODY_BYTES", func(c bootstrap.Config) int { return bootstrap.SenderOptions(c).KeepBody }, []settingCase[int]{
+		{"4096", nil, 4096},
+		{"0", nil, -1},
+		{"65536", nil, 65536},
+		{"100", []string{"--attempt-body-bytes", "10"}, 10},
+	}, map[string]string{
+		"-1":    "attempt-body-bytes must be 0..65536, got -1",
+		"65537": "attempt-body-bytes must be 0..65536, got 65537",
+		"4k":    "$DISPATCH_ATTEMPT_BODY_BYTES",
+	})
+	assert.Equal(t, 4096, bootstrap.DefaultConfig().AttemptBodyBytes)
+}

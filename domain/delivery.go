@@ -25,8 +25,13 @@ const (
 	ReasonCircuitOpen = "circuit_open"
 )
 
-// MaxResponseBody is how much of an endpoint's response body an attempt keeps.
-const MaxResponseBody = 4096
+// DefaultResponseBody is how much of an endpoint's response body an
+// attempt keeps by default (DISPATCH_ATTEMPT_BODY_BYTES).
+const DefaultResponseBody = 4096
+
+// MaxResponseBody is the most of an endpoint's response body an attempt
+// may be set to keep: an answer's first 64 KiB tell what went wrong.
+const MaxResponseBody = 64 << 10
 
 // Delivery is one event on its way to one subscription.
 type Delivery struct {

@@ -14,8 +14,9 @@ type WebhookRequest struct {
 	Timeout time.Duration
 }
 
-// WebhookResponse is what came back. Body holds at most the first
-// domain.MaxResponseBody bytes.
+// WebhookResponse is what came back. Body holds the first bytes of the
+// response body, as many as the sender keeps (domain.DefaultResponseBody
+// unless configured otherwise).
 type WebhookResponse struct {
 	StatusCode int
 	// RetryAfter is the raw Retry-After header ("" when absent).

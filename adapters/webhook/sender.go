@@ -33,8 +33,8 @@ const (
 	MaxResponseHeader = 16 << 10
 )
 
-// drainLimit is how much of a response body beyond domain.MaxResponseBody is
-// read and discarded so the connection can be used again. A body larger
+// drainLimit is how much of a response body beyond what is kept is read
+// and discarded so the connection can be used again. A body larger
 // than that costs a new connection instead of unbounded reading.
 const drainLimit = 64 << 10
 
@@ -60,6 +60,10 @@ type SenderOptions struct {
 	// Proxy, unless zero, is the proxy every delivery goes out through;
 	// the Policy still applies to the endpoints' addresses.
 	Proxy OutboundProxy
+	// KeepBody is how many bytes of a response body a response keeps, up
+	// to domain.MaxResponseBody: 0 means domain.DefaultResponseBody, and
+	// a negative value keeps none.
+	KeepBody int
 }
 
 // Validate reports the first invalid option.
@@ -69,6 +73,9 @@ func (o SenderOptions) Validate() error {
 	}
 	if o.DefaultTimeout < 0 {
 		return fmt.Errorf("webhook sender: default timeout must be >= 0, got %s", o.DefaultTimeout)
+	}
+	if o.KeepBody > domain.MaxResponseBody {
+		return fmt.Errorf("webhook sender: response body kept must be at most %d bytes, got %d", domain.MaxResponseBody, o.KeepBody)
 	}
 	if err := o.Policy.Validate(); err != nil {
 		return fmt.Errorf("webhook sender: allowed targets: %w", err)
@@ -89,6 +96,8 @@ func (o SenderOptions) Validate() error {
 type Sender struct {
 	client         *fasthttp.Client
 	defaultTimeout time.Duration
+	// keepBody is how many bytes of a response body are kept.
+	keepBody int
 }
 
 var _ ports.Sender = (*Sender)(nil)
@@ -101,6 +110,12 @@ func NewSender(opts SenderOptions) *Sender {
 	}
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = DefaultTimeout
+	}
+	switch {
+	case opts.KeepBody == 0:
+		opts.KeepBody = domain.DefaultResponseBody
+	case opts.KeepBody < 0:
+		opts.KeepBody = 0
 	}
 	policy := Policy{AllowPrivate: opts.Policy.AllowPrivate, Allowed: slices.Clone(opts.Policy.Allowed)} // the caller may reuse its slice
 	dial := directDial(policy)
@@ -130,6 +145,7 @@ func NewSender(opts SenderOptions) *Sender {
 			MaxIdemponentCallAttempts: opts.MaxConnsPerHost + 2,
 		},
 		defaultTimeout: opts.DefaultTimeout,
+		keepBody:       opts.KeepBody,
 	}
 }
 
@@ -216,7 +232,7 @@ func (s *Sender) Send(ctx context.Context, req ports.WebhookRequest) (ports.Webh
 	if err := s.client.DoDeadline(httpReq, resp, deadline); err != nil {
 		return ports.WebhookResponse{Duration: time.Since(start)}, transportError(err, time.Since(start))
 	}
-	body := readBody(resp)
+	body := readBody(resp, s.keepBody)
 	duration := time.Since(start)
 
 	var retryAfter string
@@ -235,11 +251,11 @@ func (s *Sender) Send(ctx context.Context, req ports.WebhookRequest) (ports.Webh
 // caller's value for them is ignored, as net/http ignores it.
 var framing = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true}
 
-// readBody keeps the first domain.MaxResponseBody bytes of the body and
-// reads on, discarding, up to drainLimit more: a body read to its end lets
-// the connection be used again, and one longer than that closes it rather
+// readBody keeps the first keep bytes of the body and reads on,
+// discarding, up to drainLimit more: a body read to its end lets the
+// connection be used again, and one longer than that closes it rather
 // than reading on.
-func readBody(resp *fasthttp.Response) []byte {
+func readBody(resp *fasthttp.Response, keep int) []byte {
 	stream := resp.BodyStream()
 	if stream == nil { // no body: 204, 304
 		return nil
@@ -248,7 +264,10 @@ func readBody(resp *fasthttp.Response) []byte {
 		_ = resp.CloseBodyStream()
 		return nil
 	}
-	body, _ := io.ReadAll(io.LimitReader(stream, domain.MaxResponseBody))
+	var body []byte
+	if keep > 0 {
+		body, _ = io.ReadAll(io.LimitReader(stream, int64(keep)))
+	}
 	_, _ = io.CopyN(io.Discard, stream, drainLimit)
 	_ = resp.CloseBodyStream() // pools the connection if the body was read to its end, closes it otherwise
 	return body

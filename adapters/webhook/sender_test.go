@@ -131,7 +131,7 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 
 func TestSendTruncatesBodyAndReusesConnection(t *testing.T) {
 	t.Parallel()
-	big := strings.Repeat("x", domain.MaxResponseBody) + strings.Repeat("y", 20<<10)
+	big := strings.Repeat("x", domain.DefaultResponseBody) + strings.Repeat("y", 20<<10)
 	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, big)
@@ -141,10 +141,34 @@ func TestSendTruncatesBodyAndReusesConnection(t *testing.T) {
 		resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		require.Len(t, resp.Body, domain.MaxResponseBody, "only the first MaxResponseBody bytes are kept")
-		assert.Equal(t, big[:domain.MaxResponseBody], string(resp.Body))
+		require.Len(t, resp.Body, domain.DefaultResponseBody, "only the first DefaultResponseBody bytes are kept")
+		assert.Equal(t, big[:domain.DefaultResponseBody], string(resp.Body))
 	}
 	assert.Equal(t, int64(1), e.newConns.Load(), "sequential sends must reuse one keep-alive connection, draining what they do not keep")
+}
+
+// TestSendKeepsAsMuchOfTheBodyAsConfigured: KeepBody bounds what a
+// response keeps, none when negative, and the rest is drained so the
+// connection is used again.
+func TestSendKeepsAsMuchOfTheBodyAsConfigured(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("ab", 5000)
+	for _, tc := range []struct {
+		keep, want int
+	}{{-1, 0}, {10, 10}, {8192, 8192}, {0, domain.DefaultResponseBody}} {
+		e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = io.WriteString(w, body)
+		})
+		s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}, KeepBody: tc.keep})
+		for range 3 {
+			resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Body: []byte("{}"), Timeout: 5 * time.Second})
+			require.NoError(t, err)
+			assert.Equal(t, body[:tc.want], string(resp.Body), "KeepBody %d", tc.keep)
+		}
+		assert.Equal(t, int64(1), e.newConns.Load(), "KeepBody %d: one connection, the rest of each body drained", tc.keep)
+	}
+	assert.Error(t, webhook.SenderOptions{KeepBody: domain.MaxResponseBody + 1}.Validate())
 }
 
 // TestSendReusesTheConnectionOfAnEmptyAnswer: an answer that says its body
@@ -179,7 +203,7 @@ func TestSendGivesUpOnHugeBodyWithoutReadingIt(t *testing.T) {
 	s := newSender(t, webhook.SenderOptions{Policy: webhook.Policy{AllowPrivate: true}})
 	resp, err := s.Send(t.Context(), ports.WebhookRequest{URL: e.URL, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	assert.Len(t, resp.Body, domain.MaxResponseBody)
+	assert.Len(t, resp.Body, domain.DefaultResponseBody)
 }
 
 func TestSendTimeout(t *testing.T) {
