@@ -26,7 +26,8 @@ const (
 // Schedule re-enqueues work from PostgreSQL state: due retries, deliveries
 // and events whose append to a stream was lost, deliveries whose worker died
 // mid-attempt, and stream entries whose consumer died before acknowledging.
-// It also trims what every consumer group has finished from the streams.
+// It also trims what every consumer group has finished from the streams,
+// and frees the idempotency keys whose window ended.
 // Any number of schedulers may run at once.
 type Schedule struct {
 	Events     ports.EventStore
@@ -45,6 +46,9 @@ type Schedule struct {
 	// may sit unacknowledged before it is handed out again. It is also the
 	// grace period before an event that was never fanned out is re-enqueued.
 	VisibilityTimeout time.Duration
+	// IdempotencyWindow is how long an idempotency key is remembered
+	// (Ingest.IdempotencyWindow); DefaultIdempotencyWindow when zero.
+	IdempotencyWindow time.Duration
 	// Consumer names this scheduler when it reclaims stream entries.
 	Consumer string
 	// CatchUp is how long Run waits after a scan took a whole batch; 0
@@ -66,6 +70,8 @@ type Swept struct {
 	// DeletionBatches is how many batches of interrupted subscription
 	// deletions it deleted.
 	DeletionBatches int
+	// ExpiredKeys counts the idempotency keys it freed.
+	ExpiredKeys int
 }
 
 // Tick runs one pass of every scan. It keeps going after a failed scan and
@@ -105,6 +111,13 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
 	out.ReclaimedDelivs = n
 	errs = append(errs, err)
+
+	window := cmp.Or(uc.IdempotencyWindow, DefaultIdempotencyWindow)
+	n, err = uc.Events.ExpireIdempotencyKeys(ctx, now.Add(-window), uc.batch())
+	out.ExpiredKeys = n
+	if err != nil {
+		errs = append(errs, fmt.Errorf("free expired idempotency keys: %w", err))
+	}
 
 	if uc.Subscriptions != nil {
 		n, err := uc.finishDeletions(ctx)
@@ -155,7 +168,7 @@ func (uc *Schedule) Run(ctx context.Context, interval time.Duration, report func
 func (uc *Schedule) stoppedAtLimit(s Swept) bool {
 	b := uc.batch()
 	return s.DueDeliveries >= b || s.UnfannedEvents >= b || s.ReclaimedEvents >= b || s.ReclaimedDelivs >= b ||
-		s.DeletionBatches > 0
+		s.ExpiredKeys >= b || s.DeletionBatches > 0
 }
 
 // finishDeletions takes each subscription deletion under way one batch

@@ -2,12 +2,17 @@ package application_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/dispatch-webhooks/dispatch/application"
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -34,6 +39,10 @@ func (s *backlogStore) DueDeliveries(_ context.Context, _ time.Time, _ time.Dura
 
 func (s *backlogStore) UnfannedEvents(context.Context, time.Time, time.Duration, int) ([]string, error) {
 	return nil, nil
+}
+
+func (s *backlogStore) ExpireIdempotencyKeys(context.Context, time.Time, int) (int, error) {
+	return 0, nil
 }
 
 // idleStreams has nothing to reclaim or trim.
@@ -138,4 +147,39 @@ func TestReclaimedDeliveryEntriesAreAppendedPlain(t *testing.T) {
 	if got := queue.bodies(ports.EventStream); fmt.Sprint(got) != "[evt_x]" {
 		t.Errorf("event entries appended again = %q, want [evt_x]", got)
 	}
+}
+
+// TestScheduleFreesIdempotencyKeysWhenTheirWindowEnds: a key is taken
+// within its window; once the window has passed, a tick frees it, and the
+// next event with that key is a new one.
+func TestScheduleFreesIdempotencyKeysWhenTheirWindowEnds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	p := newPipeline()
+	p.ingest.IdempotencyWindow = time.Hour
+	s := &application.Schedule{Events: p.store, Deliveries: p.store, Queue: idleStreams{p.queue}, Clock: p.clock,
+		BatchSize: 10, IdempotencyWindow: time.Hour, Consumer: "s"}
+	in := domain.NewEventInput{Type: "a", Data: json.RawMessage(`{}`), IdempotencyKey: "export-1"}
+	first, err := p.ingest.Publish(ctx, in)
+	require.NoError(t, err)
+
+	p.clock.Advance(59 * time.Minute)
+	swept, err := s.Tick(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, swept.ExpiredKeys, "within its window the key stays")
+
+	p.clock.Advance(time.Minute)
+	swept, err = s.Tick(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, swept.ExpiredKeys)
+	got, err := p.store.GetEvent(ctx, first.Event.ID)
+	require.NoError(t, err)
+	assert.Empty(t, got.IdempotencyKey, "the event stays, its key freed")
+
+	// An ingest whose window were longer still finds the key free.
+	p.ingest.IdempotencyWindow = 24 * time.Hour
+	second, err := p.ingest.Publish(ctx, in)
+	require.NoError(t, err)
+	assert.False(t, second.Replayed)
+	assert.NotEqual(t, first.Event.ID, second.Event.ID)
 }

@@ -233,7 +233,7 @@ var schedulerModule = fx.Module("scheduler",
 		schedule := &application.Schedule{
 			Events: store, Deliveries: store, Subscriptions: store, Queue: queue, Clock: clock,
 			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
-			Consumer: consumerName("scheduler"),
+			IdempotencyWindow: cfg.IdempotencyWindow, Consumer: consumerName("scheduler"),
 		}
 		backlog, _ := store.(ports.Backlog)
 		lagging, _ := queue.(ports.StreamLag)

@@ -155,6 +155,12 @@ type EventStore interface {
 	// durable: tries made by any process add up. Returns
 	// domain.ErrNotFound when the event does not exist.
 	FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (settled bool, err error)
+	// ExpireIdempotencyKeys frees the idempotency keys whose window ended:
+	// up to limit keys of events created at or before keptSince, oldest
+	// first. Their events stay, without a key, and a later event may take
+	// the key. It returns how many it freed; concurrent calls free
+	// different keys.
+	ExpireIdempotencyKeys(ctx context.Context, keptSince time.Time, limit int) (int, error)
 }
 
 // The delivery stores keep deliveries and their attempts, one interface

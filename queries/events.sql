@@ -35,6 +35,20 @@ SELECT * FROM event_states WHERE idempotency_key = @idempotency_key::text;
 UPDATE events SET idempotency_key = NULL
 WHERE id = @id AND idempotency_key = @idempotency_key::text AND created_at <= @kept_since;
 
+-- name: ExpireIdempotencyKeys :execrows
+-- Frees up to @max_rows keys of events created at or before @kept_since,
+-- oldest first (events_idempotency_created_idx, migration 00017), skipping
+-- rows another caller holds, so concurrent sweeps never wait on each other.
+WITH expired AS (
+    SELECT e.id FROM events e
+    WHERE e.idempotency_key IS NOT NULL AND e.created_at <= @kept_since::timestamptz
+    ORDER BY e.created_at
+    LIMIT @max_rows::integer
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE events SET idempotency_key = NULL
+FROM expired WHERE events.id = expired.id;
+
 -- name: GetEvent :one
 -- The event with its status, derived from its deliveries (the event_states
 -- view, migration 00007).

@@ -441,6 +441,28 @@ func (s *Store) refusedFanOut(f ports.FanOut) string {
 	return ""
 }
 
+// ExpireIdempotencyKeys implements ports.EventStore.
+func (s *Store) ExpireIdempotencyKeys(_ context.Context, keptSince time.Time, limit int) (int, error) {
+	keptSince = normalizeTime(keptSince)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var expired []*storedEvent
+	for _, id := range s.idempotencyKeys {
+		if e := s.events[id]; !e.event.CreatedAt.After(keptSince) {
+			expired = append(expired, e)
+		}
+	}
+	slices.SortFunc(expired, func(a, b *storedEvent) int {
+		return cmp.Or(a.event.CreatedAt.Compare(b.event.CreatedAt), cmp.Compare(a.event.ID, b.event.ID))
+	})
+	expired = expired[:min(len(expired), max(limit, 0))]
+	for _, e := range expired {
+		delete(s.idempotencyKeys, e.event.IdempotencyKey)
+		e.event.IdempotencyKey = ""
+	}
+	return len(expired), nil
+}
+
 // FailFanOut implements ports.EventStore.
 func (s *Store) FailFanOut(_ context.Context, id, reason string, now time.Time, maxTries int) (bool, error) {
 	s.mu.Lock()

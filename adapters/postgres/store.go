@@ -545,6 +545,19 @@ func (s *Store) fanOut(ctx context.Context, fanouts []ports.FanOut) ([]string, e
 	return created, nil
 }
 
+// ExpireIdempotencyKeys implements ports.EventStore with one statement
+// (ExpireIdempotencyKeys).
+func (s *Store) ExpireIdempotencyKeys(ctx context.Context, keptSince time.Time, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	n, err := s.queries.ExpireIdempotencyKeys(ctx, sqlcgen.ExpireIdempotencyKeysParams{KeptSince: keptSince, MaxRows: int32(limit)})
+	if err != nil {
+		return 0, fmt.Errorf("expire idempotency keys: %w", interpretError(err))
+	}
+	return int(n), nil
+}
+
 // FailFanOut implements ports.EventStore with one statement (FailFanOut).
 func (s *Store) FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (bool, error) {
 	row, err := s.queries.FailFanOut(ctx, sqlcgen.FailFanOutParams{

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -108,6 +109,61 @@ func testEvents(t *testing.T, newStore func(t *testing.T) ports.Store) {
 		require.NoError(t, err)
 		assert.False(t, created)
 		assert.Equal(t, second.ID, stored.ID, "the key now answers with the second event")
+	})
+
+	t.Run("ExpiredIdempotencyKeysAreFreedOldestFirst", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, newStore)
+		var keyed []domain.Event
+		for i := range 5 {
+			e := newEvent(base.Add(time.Duration(i) * time.Minute))
+			e.IdempotencyKey = fmt.Sprintf("expiring-%d", i)
+			stored, created, err := f.store.CreateEvent(f.ctx, e, base.Add(-time.Hour))
+			require.NoError(t, err)
+			require.True(t, created)
+			keyed = append(keyed, stored)
+		}
+		unkeyed := f.event()
+
+		// Windows ended for the first four (created at or before
+		// base+3m); two freed at a time, oldest first.
+		keptSince := base.Add(3 * time.Minute)
+		n, err := f.store.ExpireIdempotencyKeys(f.ctx, keptSince, 2)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		n, err = f.store.ExpireIdempotencyKeys(f.ctx, keptSince, 10)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "the next two; the fifth's window has not ended")
+		n, err = f.store.ExpireIdempotencyKeys(f.ctx, keptSince, 10)
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing left to free")
+
+		for i, e := range keyed {
+			got, err := f.store.GetEvent(f.ctx, e.ID)
+			require.NoError(t, err, "a freed key's event stays")
+			if i < 4 {
+				assert.Empty(t, got.IdempotencyKey, "event %d's key was freed", i)
+			} else {
+				assert.Equal(t, e.IdempotencyKey, got.IdempotencyKey, "event %d keeps its key", i)
+			}
+		}
+		_, err = f.store.GetEvent(f.ctx, unkeyed.ID)
+		require.NoError(t, err)
+
+		// A freed key takes a new event even under a window that still
+		// covers the old one; a kept key still answers with its event.
+		again := newEvent(base.Add(10 * time.Minute))
+		again.IdempotencyKey = "expiring-0"
+		stored, created, err := f.store.CreateEvent(f.ctx, again, base.Add(-time.Hour))
+		require.NoError(t, err)
+		assert.True(t, created, "the freed key is free")
+		assert.Equal(t, again.ID, stored.ID)
+		kept := newEvent(base.Add(10 * time.Minute))
+		kept.IdempotencyKey = "expiring-4"
+		stored, created, err = f.store.CreateEvent(f.ctx, kept, base.Add(-time.Hour))
+		require.NoError(t, err)
+		assert.False(t, created)
+		assert.Equal(t, keyed[4].ID, stored.ID)
 	})
 
 	t.Run("ConcurrentCreatesWithOneKeyStoreOneEvent", func(t *testing.T) {

@@ -84,6 +84,34 @@ func (q *Queries) EventsToTake(ctx context.Context, ids []string) ([]EventsToTak
 	return items, nil
 }
 
+const expireIdempotencyKeys = `-- name: ExpireIdempotencyKeys :execrows
+WITH expired AS (
+    SELECT e.id FROM events e
+    WHERE e.idempotency_key IS NOT NULL AND e.created_at <= $1::timestamptz
+    ORDER BY e.created_at
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE events SET idempotency_key = NULL
+FROM expired WHERE events.id = expired.id
+`
+
+type ExpireIdempotencyKeysParams struct {
+	KeptSince time.Time
+	MaxRows   int32
+}
+
+// Frees up to @max_rows keys of events created at or before @kept_since,
+// oldest first (events_idempotency_created_idx, migration 00017), skipping
+// rows another caller holds, so concurrent sweeps never wait on each other.
+func (q *Queries) ExpireIdempotencyKeys(ctx context.Context, arg ExpireIdempotencyKeysParams) (int64, error) {
+	result, err := q.db.Exec(ctx, expireIdempotencyKeys, arg.KeptSince, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const failFanOut = `-- name: FailFanOut :one
 WITH counted AS (
     UPDATE events SET
