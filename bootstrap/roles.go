@@ -236,12 +236,13 @@ var schedulerModule = fx.Module("scheduler",
 			IdempotencyWindow: cfg.IdempotencyWindow, Consumer: consumerName("scheduler"),
 		}
 		backlog, _ := store.(ports.Backlog)
+		storage, _ := store.(ports.Storage)
 		lagging, _ := queue.(ports.StreamLag)
 		startLoops(lc, func(ctx context.Context) {
 			ticker := time.NewTicker(gaugeInterval)
 			defer ticker.Stop()
 			for {
-				exportGauges(ctx, log, m, backlog, lagging)
+				exportGauges(ctx, log, m, backlog, storage, lagging)
 				select {
 				case <-ctx.Done():
 					return
@@ -268,7 +269,16 @@ const gaugeInterval = 5 * time.Second
 
 // exportGauges refreshes the backlog and stream-lag gauges; a backend that
 // cannot tell is skipped.
-func exportGauges(ctx context.Context, log *slog.Logger, m *metrics.Metrics, backlog ports.Backlog, lagging ports.StreamLag) {
+func exportGauges(ctx context.Context, log *slog.Logger, m *metrics.Metrics, backlog ports.Backlog, storage ports.Storage, lagging ports.StreamLag) {
+	if storage != nil {
+		if usage, err := storage.TableUsage(ctx); err == nil {
+			for _, u := range usage {
+				m.TableUsage(u.Table, u.Rows, u.Bytes)
+			}
+		} else if ctx.Err() == nil {
+			log.Warn("storage gauges not refreshed", "error", err)
+		}
+	}
 	if backlog != nil {
 		if counts, err := backlog.UndeliveredCounts(ctx); err == nil {
 			m.Backlog(counts)

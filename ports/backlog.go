@@ -38,3 +38,20 @@ type GroupLag struct {
 
 // Total is every entry the group has not finished.
 func (l GroupLag) Total() int64 { return l.Unread + l.Pending }
+
+// Storage tells operators what the store keeps, for the
+// dispatch_retained_rows and dispatch_table_bytes gauges.
+type Storage interface {
+	// TableUsage returns, for each table of the delivery history (events,
+	// deliveries, attempts), its rows and the bytes it takes on disk with
+	// its indexes. Rows may be an estimate (a planner statistic): cheap
+	// enough to call every few seconds.
+	TableUsage(ctx context.Context) ([]TableUsage, error)
+}
+
+// TableUsage is what one table keeps.
+type TableUsage struct {
+	Table string
+	Rows  int64
+	Bytes int64
+}

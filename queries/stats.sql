@@ -10,3 +10,21 @@ SELECT
 FROM deliveries
 WHERE status IN ('pending', 'delivering', 'retrying', 'dead')
 GROUP BY 1;
+
+-- name: TableUsage :many
+-- The storage gauges: each history table's rows, as the planner's
+-- statistics estimate them (kept by autovacuum; -1 before a table was
+-- first analyzed), and the bytes it takes with its indexes and TOAST,
+-- partitions included.
+SELECT
+    t.name::text AS name,
+    coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS rows,
+    coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint AS bytes
+FROM unnest(ARRAY['events', 'deliveries', 'attempts']::text[]) AS t(name)
+LEFT JOIN pg_catalog.pg_class c
+    ON c.relnamespace = current_schema()::regnamespace
+   AND c.relkind IN ('r', 'p')
+   AND (c.relname = t.name OR c.oid IN (
+        SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = to_regclass(t.name)))
+GROUP BY t.name
+ORDER BY t.name;

@@ -30,6 +30,8 @@ type Metrics struct {
 	pending         prometheus.Gauge
 	deadLetters     prometheus.Gauge
 	streamLag       *prometheus.GaugeVec
+	retainedRows    *prometheus.GaugeVec
+	tableBytes      *prometheus.GaugeVec
 	circuitsOpen    prometheus.Gauge
 
 	mu sync.Mutex
@@ -99,6 +101,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_stream_lag",
 			Help: "Stream entries a consumer group has not finished (unread plus unacknowledged), by stream; exported by the scheduler.",
 		}, []string{"stream"}),
+		retainedRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dispatch_retained_rows",
+			Help: "Rows kept in each history table (events, deliveries, attempts), as PostgreSQL's statistics estimate them; exported by the scheduler.",
+		}, []string{"table"}),
+		tableBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dispatch_table_bytes",
+			Help: "Bytes each history table (events, deliveries, attempts) takes on disk with its indexes; exported by the scheduler.",
+		}, []string{"table"}),
 		circuitsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatch_circuits_open",
 			Help: "Subscriptions whose circuit this worker last saw open and whose open period has not ended.",
@@ -113,7 +123,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.fanOutFailures, m.schedulerSwept, m.malformed,
 		m.postponed, m.degraded,
-		m.pending, m.deadLetters, m.streamLag, m.circuitsOpen)
+		m.pending, m.deadLetters, m.streamLag, m.retainedRows, m.tableBytes, m.circuitsOpen)
 	return m
 }
 
@@ -165,6 +175,12 @@ func (m *Metrics) Backlog(counts map[domain.DeliveryStatus]int64) {
 // StreamLag sets one stream's lag.
 func (m *Metrics) StreamLag(stream string, lag int64) {
 	m.streamLag.WithLabelValues(stream).Set(float64(lag))
+}
+
+// TableUsage sets the storage gauges of one table.
+func (m *Metrics) TableUsage(table string, rows, bytes int64) {
+	m.retainedRows.WithLabelValues(table).Set(float64(rows))
+	m.tableBytes.WithLabelValues(table).Set(float64(bytes))
 }
 
 // Circuit records a breaker state this worker saw for a subscription.

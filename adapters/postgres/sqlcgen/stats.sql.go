@@ -9,6 +9,51 @@ import (
 	"context"
 )
 
+const tableUsage = `-- name: TableUsage :many
+SELECT
+    t.name::text AS name,
+    coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS rows,
+    coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint AS bytes
+FROM unnest(ARRAY['events', 'deliveries', 'attempts']::text[]) AS t(name)
+LEFT JOIN pg_catalog.pg_class c
+    ON c.relnamespace = current_schema()::regnamespace
+   AND c.relkind IN ('r', 'p')
+   AND (c.relname = t.name OR c.oid IN (
+        SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = to_regclass(t.name)))
+GROUP BY t.name
+ORDER BY t.name
+`
+
+type TableUsageRow struct {
+	Name  string
+	Rows  int64
+	Bytes int64
+}
+
+// The storage gauges: each history table's rows, as the planner's
+// statistics estimate them (kept by autovacuum; -1 before a table was
+// first analyzed), and the bytes it takes with its indexes and TOAST,
+// partitions included.
+func (q *Queries) TableUsage(ctx context.Context) ([]TableUsageRow, error) {
+	rows, err := q.db.Query(ctx, tableUsage)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TableUsageRow{}
+	for rows.Next() {
+		var i TableUsageRow
+		if err := rows.Scan(&i.Name, &i.Rows, &i.Bytes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const undeliveredCounts = `-- name: UndeliveredCounts :many
 SELECT
     (CASE WHEN lease_until IS NOT NULL AND status IN ('pending', 'retrying')
