@@ -60,6 +60,15 @@ type Config struct {
 	// RedisURL is the Redis an in-process run uses under a key prefix of
 	// its own, deleted at the end.
 	RedisURL string `json:"-"`
+	// Queue is the queue adapter of the roles an in-process run starts
+	// (DISPATCH_QUEUE); empty is Dispatch's default.
+	Queue string `json:"queue,omitempty"`
+	// QueuePartitions sets DISPATCH_QUEUE_PARTITIONS; 0 keeps Dispatch's
+	// default.
+	QueuePartitions int `json:"queue_partitions,omitempty"`
+	// NATSURL and KafkaBrokers are the brokers of those queues.
+	NATSURL      string `json:"-"`
+	KafkaBrokers string `json:"-"`
 	// Workers is how many `dispatch worker` processes an in-process run
 	// starts; 0 runs one worker inside this process instead.
 	Workers int `json:"workers"`
@@ -126,6 +135,8 @@ func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:   bootstrap.DefaultDatabaseURL,
 		RedisURL:      bootstrap.DefaultRedisURL,
+		NATSURL:       bootstrap.DefaultNATSURL,
+		KafkaBrokers:  bootstrap.DefaultKafkaBroker,
 		Workers:       DefaultWorkers,
 		LogLevel:      "error",
 		Events:        DefaultEvents,
@@ -162,6 +173,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "API key of --target")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server on which an in-process run creates and drops a database of its own ($DATABASE_URL)")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis an in-process run uses under a key prefix of its own ($REDIS_URL)")
+	fs.StringVar(&c.Queue, "queue", c.Queue, "queue adapter of the roles started, as DISPATCH_QUEUE (default: Dispatch's)")
+	fs.IntVar(&c.QueuePartitions, "queue-partitions", c.QueuePartitions, "DISPATCH_QUEUE_PARTITIONS of the roles started (0: Dispatch's default)")
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS server of --queue nats ($NATS_URL)")
+	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", c.KafkaBrokers, "comma-separated Kafka seed brokers of --queue kafka ($KAFKA_BROKERS)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "worker processes to start (0: one worker inside this process)")
 	fs.StringVar(&c.DispatchBin, "dispatch-bin", c.DispatchBin, "dispatch binary for worker processes (default: go build it into a temporary directory)")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", c.WorkerConcurrency, "DISPATCH_WORKER_CONCURRENCY of the workers (0: Dispatch's default)")
@@ -204,10 +219,12 @@ func (c Config) Validate() error {
 	if c.Target != "" {
 		errs = append(errs, checkLoopback(c.Target))
 		check(c.APIKey != "", "--api-key is required with --target")
+		check(c.Queue == "" && c.QueuePartitions == 0, "--queue and --queue-partitions are the target deployment's own: set them there, not with --target")
 	} else {
 		check(c.DatabaseURL != "", "--database-url must be set")
 		check(c.RedisURL != "", "--redis-url must be set")
 		check(c.Workers >= 0 && c.Workers <= 64, "--workers must be 0..64, got %d", c.Workers)
+		check(c.QueuePartitions >= 0 && c.QueuePartitions <= bootstrap.MaxQueuePartitions, "--queue-partitions must be 0..%d, got %d", bootstrap.MaxQueuePartitions, c.QueuePartitions)
 	}
 	check(c.WorkerConcurrency >= 0 && c.WorkerConcurrency <= 10000, "--worker-concurrency must be 0..10000, got %d", c.WorkerConcurrency)
 	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= bootstrap.MaxWorkerReadWait, "--worker-read-wait must be 0..%s, got %s", bootstrap.MaxWorkerReadWait, c.WorkerReadWait)

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -104,6 +105,12 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 		dc.WorkerConcurrency = cfg.WorkerConcurrency
 	}
 	dc.WorkerReadWait = cfg.WorkerReadWait
+	// The run's queue, under a prefix of its own like its Redis keys.
+	dc.Queue = cmp.Or(cfg.Queue, dc.Queue)
+	dc.QueuePartitions = cmp.Or(cfg.QueuePartitions, dc.QueuePartitions)
+	dc.QueuePrefix = "loadtest_" + suffix
+	dc.NATSURL = cfg.NATSURL
+	dc.KafkaBrokers = strings.Split(cfg.KafkaBrokers, ",")
 
 	// `dispatch migrate`, then the roles.
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
@@ -209,11 +216,17 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 		"DISPATCH_WORKER_CONCURRENCY=" + strconv.Itoa(cfg.WorkerConcurrency),
 		"DISPATCH_WORKER_READ_WAIT=" + cfg.WorkerReadWait.String(),
 		"DISPATCH_LOG_LEVEL=" + cfg.LogLevel,
+		"DISPATCH_QUEUE=" + cfg.Queue,
+		"DISPATCH_QUEUE_PARTITIONS=" + strconv.Itoa(cfg.QueuePartitions),
+		"DISPATCH_QUEUE_PREFIX=" + cfg.QueuePrefix,
+		"NATS_URL=" + cfg.NATSURL,
+		"KAFKA_BROKERS=" + strings.Join(cfg.KafkaBrokers, ","),
 	}
 	// The worker's settings are the ones above and Dispatch's defaults,
 	// whatever DISPATCH_* the caller's environment holds.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") &&
+			!strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "KAFKA_BROKERS=") {
 			env = append(env, kv)
 		}
 	}

@@ -48,15 +48,14 @@ func workloadList() string {
 	return b.String()
 }
 
-// baseConfig is DefaultConfig with DATABASE_URL and REDIS_URL from the
-// environment.
+// baseConfig is DefaultConfig with DATABASE_URL, REDIS_URL, NATS_URL and
+// KAFKA_BROKERS from the environment.
 func baseConfig() Config {
 	c := DefaultConfig()
-	if v := os.Getenv("DATABASE_URL"); v != "" {
-		c.DatabaseURL = v
-	}
-	if v := os.Getenv("REDIS_URL"); v != "" {
-		c.RedisURL = v
+	for env, p := range map[string]*string{"DATABASE_URL": &c.DatabaseURL, "REDIS_URL": &c.RedisURL, "NATS_URL": &c.NATSURL, "KAFKA_BROKERS": &c.KafkaBrokers} {
+		if v := os.Getenv(env); v != "" {
+			*p = v
+		}
 	}
 	return c
 }
@@ -182,6 +181,10 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&only, "only", "", "comma-separated workloads to run (default: all)")
 	fs.StringVar(&opts.Base.DatabaseURL, "database-url", opts.Base.DatabaseURL, "PostgreSQL server for the runs' databases ($DATABASE_URL)")
 	fs.StringVar(&opts.Base.RedisURL, "redis-url", opts.Base.RedisURL, "Redis for the runs ($REDIS_URL)")
+	fs.StringVar(&opts.Base.Queue, "queue", opts.Base.Queue, "queue adapter of the roles started, as DISPATCH_QUEUE (default: Dispatch's)")
+	fs.IntVar(&opts.Base.QueuePartitions, "queue-partitions", opts.Base.QueuePartitions, "DISPATCH_QUEUE_PARTITIONS of the roles started (0: Dispatch's default)")
+	fs.StringVar(&opts.Base.NATSURL, "nats-url", opts.Base.NATSURL, "NATS server of --queue nats ($NATS_URL)")
+	fs.StringVar(&opts.Base.KafkaBrokers, "kafka-brokers", opts.Base.KafkaBrokers, "comma-separated Kafka seed brokers of --queue kafka ($KAFKA_BROKERS)")
 	fs.StringVar(&opts.Base.DispatchBin, "dispatch-bin", "", "dispatch binary for worker processes (default: go build it once)")
 	fs.StringVar(&opts.Base.LogLevel, "log-level", opts.Base.LogLevel, "log level of the Dispatch roles started")
 	if err := fs.Parse(args); err != nil {

@@ -209,15 +209,21 @@ func rateText(r float64) string {
 }
 
 func workersText(c Config) string {
+	var w string
 	switch {
 	case c.Target != "":
 		return "against " + c.Target
 	case c.Workers == 0:
-		return "one in-process worker"
+		w = "one in-process worker"
 	case c.Workers == 1:
-		return "1 worker process"
+		w = "1 worker process"
+	default:
+		w = fmt.Sprintf("%d worker processes", c.Workers)
 	}
-	return fmt.Sprintf("%d worker processes", c.Workers)
+	if c.Queue != "" {
+		w += ", queue " + c.Queue
+	}
+	return w
 }
 
 func latencyText(l Latency) string {

@@ -253,3 +253,21 @@ func TestProfileThatCannotBeWrittenStopsTheRun(t *testing.T) {
 		}
 	}
 }
+
+// The queue settings go to the roles the tool starts; a target deployment
+// has its own.
+func TestQueueSettingsAreChecked(t *testing.T) {
+	c := DefaultConfig()
+	c.Queue, c.QueuePartitions = "redis", 4
+	if err := c.Validate(); err != nil {
+		t.Errorf("--queue redis --queue-partitions 4: %v", err)
+	}
+	c.QueuePartitions = 5000
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--queue-partitions must be 0..1024") {
+		t.Errorf("--queue-partitions 5000: %v, want it refused", err)
+	}
+	c.QueuePartitions, c.Target, c.APIKey = 0, "http://127.0.0.1:8080", "k"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--queue and --queue-partitions are the target deployment's own") {
+		t.Errorf("--queue with --target: %v, want it refused", err)
+	}
+}
