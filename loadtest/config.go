@@ -72,6 +72,11 @@ type Config struct {
 	// Workers is how many `dispatch worker` processes an in-process run
 	// starts; 0 runs one worker inside this process instead.
 	Workers int `json:"workers"`
+	// Processes runs api and scheduler as processes of the dispatch
+	// binary too, as a deployment runs them, instead of inside the tool:
+	// the tool's CPU is then its generator's and receiver's alone, and the
+	// CPU per event counts Dispatch's processes and nothing else.
+	Processes bool `json:"processes,omitempty"`
 	// DispatchBin is the dispatch binary for worker processes; empty
 	// builds it once with `go build` into a temporary directory.
 	DispatchBin string `json:"-"`
@@ -177,6 +182,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.QueuePartitions, "queue-partitions", c.QueuePartitions, "DISPATCH_QUEUE_PARTITIONS of the roles started (0: Dispatch's default)")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS server of --queue nats ($NATS_URL)")
 	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", c.KafkaBrokers, "comma-separated Kafka seed brokers of --queue kafka ($KAFKA_BROKERS)")
+	fs.BoolVar(&c.Processes, "processes", c.Processes, "run api and scheduler as processes of the dispatch binary too, not inside the tool (CPU per event then counts Dispatch alone)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "worker processes to start (0: one worker inside this process)")
 	fs.StringVar(&c.DispatchBin, "dispatch-bin", c.DispatchBin, "dispatch binary for worker processes (default: go build it into a temporary directory)")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", c.WorkerConcurrency, "DISPATCH_WORKER_CONCURRENCY of the workers (0: Dispatch's default)")
@@ -224,6 +230,7 @@ func (c Config) Validate() error {
 		check(c.DatabaseURL != "", "--database-url must be set")
 		check(c.RedisURL != "", "--redis-url must be set")
 		check(c.Workers >= 0 && c.Workers <= 64, "--workers must be 0..64, got %d", c.Workers)
+		check(!c.Processes || c.Workers > 0, "--processes runs every role as a process: --workers must be at least 1")
 		check(c.QueuePartitions >= 0 && c.QueuePartitions <= bootstrap.MaxQueuePartitions, "--queue-partitions must be 0..%d, got %d", bootstrap.MaxQueuePartitions, c.QueuePartitions)
 	}
 	check(c.WorkerConcurrency >= 0 && c.WorkerConcurrency <= 10000, "--worker-concurrency must be 0..10000, got %d", c.WorkerConcurrency)

@@ -27,6 +27,9 @@ type CPUUse struct {
 	Tool float64 `json:"dispatch_load_cores"`
 	// Workers are the worker processes.
 	Workers float64 `json:"worker_cores"`
+	// Roles are the api and scheduler processes, when they run apart
+	// from the tool (Config.Processes).
+	Roles float64 `json:"role_cores,omitempty"`
 	// PostgreSQL is the backends connected to the run's database and the
 	// server's shared processes (WAL writer, checkpointer, …).
 	PostgreSQL float64 `json:"postgres_cores"`
@@ -34,11 +37,31 @@ type CPUUse struct {
 	Redis float64 `json:"redis_cores"`
 	// Other is Machine less the above: anything else on the machine.
 	Other float64 `json:"other_cores"`
+	// PerEventMs is the machine's CPU time per event accepted, in
+	// milliseconds: Dispatch's processes, PostgreSQL and Redis, and also
+	// the load generator and the receiver when the api runs inside the
+	// tool (WithTool).
+	PerEventMs float64 `json:"per_event_ms,omitempty"`
+	WithTool   bool    `json:"per_event_with_tool,omitempty"`
+}
+
+// perEvent sets PerEventMs for events accepted; withTool counts the
+// tool's own CPU in, for a run whose api and scheduler run inside it.
+func (u *CPUUse) perEvent(events int64, withTool bool) {
+	if events <= 0 {
+		return
+	}
+	cores := u.Workers + u.Roles + u.PostgreSQL + u.Redis
+	if withTool {
+		cores += u.Tool
+	}
+	u.PerEventMs = math.Round(cores*u.Seconds*1000/float64(events)*1000) / 1000
+	u.WithTool = withTool
 }
 
 // cpuGroups names the processes whose CPU time a run attributes.
 type cpuGroups struct {
-	tool, workers, postgres, redis []int
+	tool, workers, roles, postgres, redis []int
 }
 
 // cpuSample is the CPU time used so far: the machine's busy ticks, and
@@ -56,7 +79,7 @@ func takeCPUSample(g cpuGroups) cpuSample {
 	if busy, err := machineBusyTicks(); err == nil {
 		s.busy, s.machine = busy, true
 	}
-	for _, pids := range [][]int{g.tool, g.workers, g.postgres, g.redis} {
+	for _, pids := range [][]int{g.tool, g.workers, g.roles, g.postgres, g.redis} {
 		for _, pid := range pids {
 			if t, err := processTicks(pid); err == nil {
 				s.perPID[pid] = t
@@ -90,10 +113,11 @@ func cpuBetween(start, end cpuSample) CPUUse {
 		Machine:    cores(end.busy - start.busy),
 		Tool:       cores(group(end.groups.tool)),
 		Workers:    cores(group(end.groups.workers)),
+		Roles:      cores(group(end.groups.roles)),
 		PostgreSQL: cores(group(end.groups.postgres)),
 		Redis:      cores(group(end.groups.redis)),
 	}
-	u.Other = math.Max(0, math.Round((u.Machine-u.Tool-u.Workers-u.PostgreSQL-u.Redis)*100)/100)
+	u.Other = math.Max(0, math.Round((u.Machine-u.Tool-u.Workers-u.Roles-u.PostgreSQL-u.Redis)*100)/100)
 	return u
 }
 

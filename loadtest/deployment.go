@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,14 +62,18 @@ type deployment struct {
 	apps     []*fx.App // in start order
 	workers  []*workerProcess
 	inWorker bool
+	// roles are the api and scheduler processes of a run with
+	// Config.Processes, in start order.
+	roles []*workerProcess
 	// selfPeakNote qualifies this process's peak RSS when it could not be
 	// started over for this deployment (see startPeakOver).
 	selfPeakNote string
 }
 
-// workerProcess is a `dispatch worker` the tool started; exited is closed
-// once it has exited and been waited for.
+// workerProcess is a `dispatch <role>` process the tool started; exited
+// is closed once it has exited and been waited for.
 type workerProcess struct {
+	name   string
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -116,13 +121,19 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
 		return d, err
 	}
-	var api *bootstrap.APIServer
-	if _, err := d.startApp(ctx, bootstrap.RoleAPI, dc, fx.Populate(&api)); err != nil {
-		return d, err
-	}
-	d.baseURL = "http://" + api.Addr()
-	if _, err := d.startApp(ctx, bootstrap.RoleScheduler, dc); err != nil {
-		return d, err
+	if cfg.Processes {
+		if err := d.startRoleProcesses(ctx, dispatchBin, dc, stderr); err != nil {
+			return d, err
+		}
+	} else {
+		var api *bootstrap.APIServer
+		if _, err := d.startApp(ctx, bootstrap.RoleAPI, dc, fx.Populate(&api)); err != nil {
+			return d, err
+		}
+		d.baseURL = "http://" + api.Addr()
+		if _, err := d.startApp(ctx, bootstrap.RoleScheduler, dc); err != nil {
+			return d, err
+		}
 	}
 	if cfg.Workers == 0 {
 		d.inWorker = true
@@ -199,6 +210,33 @@ func (d *deployment) startApp(ctx context.Context, role bootstrap.Role, cfg boot
 	return app, nil
 }
 
+// startRoleProcesses runs api and scheduler as processes of the dispatch
+// binary (Config.Processes), and points the run at the api's address.
+func (d *deployment) startRoleProcesses(ctx context.Context, bin string, cfg bootstrap.Config, stderr io.Writer) error {
+	apiAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	api, err := d.startProcess(ctx, bin, cfg, bootstrap.RoleAPI, "api", apiAddr,
+		[]string{"DISPATCH_LISTEN_ADDR=" + apiAddr, "DISPATCH_API_KEYS=" + strings.Join(cfg.APIKeys, ",")}, stderr)
+	if err != nil {
+		return err
+	}
+	d.roles = append(d.roles, api)
+	d.baseURL = "http://" + apiAddr
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	scheduler, err := d.startProcess(ctx, bin, cfg, bootstrap.RoleScheduler, "scheduler", adminAddr,
+		[]string{"DISPATCH_ADMIN_ADDR=" + adminAddr}, stderr)
+	if err != nil {
+		return err
+	}
+	d.roles = append(d.roles, scheduler)
+	return nil
+}
+
 // startWorker runs `dispatch worker` against the deployment's backends and
 // waits until its /ready answers.
 func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.Config, n int, stderr io.Writer) error {
@@ -206,23 +244,35 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, string(bootstrap.RoleWorker))
-	env := []string{
-		"DATABASE_URL=" + cfg.DatabaseURL,
-		"REDIS_URL=" + cfg.RedisURL,
-		"DISPATCH_REDIS_KEY_PREFIX=" + cfg.RedisKeyPrefix,
-		"DISPATCH_ALLOWED_TARGETS=127.0.0.1/32",
-		"DISPATCH_ADMIN_ADDR=" + adminAddr,
-		"DISPATCH_WORKER_CONCURRENCY=" + strconv.Itoa(cfg.WorkerConcurrency),
-		"DISPATCH_WORKER_READ_WAIT=" + cfg.WorkerReadWait.String(),
-		"DISPATCH_LOG_LEVEL=" + cfg.LogLevel,
-		"DISPATCH_QUEUE=" + cfg.Queue,
-		"DISPATCH_QUEUE_PARTITIONS=" + strconv.Itoa(cfg.QueuePartitions),
-		"DISPATCH_QUEUE_PREFIX=" + cfg.QueuePrefix,
-		"NATS_URL=" + cfg.NATSURL,
-		"KAFKA_BROKERS=" + strings.Join(cfg.KafkaBrokers, ","),
+	w, err := d.startProcess(ctx, bin, cfg, bootstrap.RoleWorker, fmt.Sprintf("worker %d", n), adminAddr,
+		[]string{"DISPATCH_ADMIN_ADDR=" + adminAddr}, stderr)
+	if err != nil {
+		return err
 	}
-	// The worker's settings are the ones above and Dispatch's defaults,
+	d.workers = append(d.workers, w)
+	return nil
+}
+
+// startProcess runs `dispatch <role>` against the deployment's backends,
+// with env added to its environment, and waits until /ready on readyAddr
+// answers.
+func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap.Config, role bootstrap.Role, name, readyAddr string, env []string, stderr io.Writer) (*workerProcess, error) {
+	cmd := exec.Command(bin, string(role))
+	env = append(env,
+		"DATABASE_URL="+cfg.DatabaseURL,
+		"REDIS_URL="+cfg.RedisURL,
+		"DISPATCH_REDIS_KEY_PREFIX="+cfg.RedisKeyPrefix,
+		"DISPATCH_ALLOWED_TARGETS=127.0.0.1/32",
+		"DISPATCH_WORKER_CONCURRENCY="+strconv.Itoa(cfg.WorkerConcurrency),
+		"DISPATCH_WORKER_READ_WAIT="+cfg.WorkerReadWait.String(),
+		"DISPATCH_LOG_LEVEL="+cfg.LogLevel,
+		"DISPATCH_QUEUE="+cfg.Queue,
+		"DISPATCH_QUEUE_PARTITIONS="+strconv.Itoa(cfg.QueuePartitions),
+		"DISPATCH_QUEUE_PREFIX="+cfg.QueuePrefix,
+		"NATS_URL="+cfg.NATSURL,
+		"KAFKA_BROKERS="+strings.Join(cfg.KafkaBrokers, ","),
+	)
+	// The process's settings are the ones above and Dispatch's defaults,
 	// whatever DISPATCH_* the caller's environment holds.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") &&
@@ -232,34 +282,42 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 	}
 	cmd.Env = env
 	cmd.Stdout = io.Discard
-	cmd.Stderr = newPrefixWriter(stderr, fmt.Sprintf("[worker %d] ", n))
+	cmd.Stderr = newPrefixWriter(stderr, "["+name+"] ")
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start worker %d (%s): %w", n, bin, err)
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	d.workers = append(d.workers, &workerProcess{cmd: cmd, exited: exited})
+	p := &workerProcess{name: name, cmd: cmd, exited: exited}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/ready", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+readyAddr+"/ready", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return p, nil
 			}
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("worker %d exited before it was ready (%v); its stderr is above", n, cmd.ProcessState)
+			return nil, fmt.Errorf("%s exited before it was ready (%v); its stderr is above", name, cmd.ProcessState)
 		case <-ctx.Done():
-			return ctx.Err()
+			p.kill()
+			return nil, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("worker %d did not answer /ready on %s within 30s", n, adminAddr)
+			p.kill()
+			return nil, fmt.Errorf("%s did not answer /ready on %s within 30s", name, readyAddr)
 		}
 	}
+}
+
+// kill ends a process that never became ready.
+func (w *workerProcess) kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.exited
 }
 
 // memory reads the peak RSS of every Dispatch process: each worker process,
@@ -274,10 +332,13 @@ func (d *deployment) memory() []ProcessMemory {
 		Name: "dispatch-load (" + roles + " in process)", PID: os.Getpid(),
 		Note: "also runs the load generator and the receiver" + d.selfPeakNote,
 	}
+	if len(d.roles) > 0 {
+		self.Name, self.Note = "dispatch-load (load generator and receiver)", strings.TrimPrefix(d.selfPeakNote, "; ")
+	}
 	self.PeakRSSBytes, _ = PeakRSS(self.PID)
 	out := []ProcessMemory{self}
-	for i, w := range d.workers {
-		p := ProcessMemory{Name: fmt.Sprintf("worker %d", i+1), PID: w.cmd.Process.Pid}
+	for _, w := range append(slices.Clone(d.roles), d.workers...) {
+		p := ProcessMemory{Name: w.name, PID: w.cmd.Process.Pid}
 		p.PeakRSSBytes, _ = PeakRSS(p.PID)
 		out = append(out, p)
 	}
@@ -288,8 +349,11 @@ func (d *deployment) memory() []ProcessMemory {
 // Redis keys. It is safe on a partly started deployment.
 func (d *deployment) stop(ctx context.Context) error {
 	var errs []error
-	for i, w := range d.workers {
-		errs = append(errs, w.stop(30*time.Second, fmt.Sprintf("worker %d", i+1)))
+	for _, w := range d.workers {
+		errs = append(errs, w.stop(30*time.Second, w.name))
+	}
+	for i := len(d.roles) - 1; i >= 0; i-- {
+		errs = append(errs, d.roles[i].stop(30*time.Second, d.roles[i].name))
 	}
 	for i := len(d.apps) - 1; i >= 0; i-- {
 		if err := d.apps[i].Stop(ctx); err != nil {
@@ -488,6 +552,9 @@ func (d *deployment) cpuGroups(ctx context.Context) cpuGroups {
 	for _, w := range d.workers {
 		g.workers = append(g.workers, w.cmd.Process.Pid)
 	}
+	for _, r := range d.roles {
+		g.roles = append(g.roles, r.cmd.Process.Pid)
+	}
 	rows, err := d.admin.Query(ctx,
 		`SELECT pid FROM pg_stat_activity WHERE datname = $1 OR (datname IS NULL AND backend_type <> 'client backend')`, d.database)
 	if err == nil {
@@ -527,7 +594,7 @@ func (g cpuGroups) union(other cpuGroups) cpuGroups {
 		return out
 	}
 	return cpuGroups{
-		tool: merge(g.tool, other.tool), workers: merge(g.workers, other.workers),
+		tool: merge(g.tool, other.tool), workers: merge(g.workers, other.workers), roles: merge(g.roles, other.roles),
 		postgres: merge(g.postgres, other.postgres), redis: merge(g.redis, other.redis),
 	}
 }

@@ -19,6 +19,7 @@ Usage:
   dispatch-load [flags]                    one run (default: 1,000 events, 1 subscription)
   dispatch-load --workload W3 [flags]      one standard workload; flags given override it
   dispatch-load bench [bench flags]        every standard workload, 3 runs each, into results/
+  dispatch-load sweep [sweep flags]        CPU per event and latency at 100, 1,000 and 5,000 events/s
 
 Without --target it starts Dispatch itself: a fresh database on the
 PostgreSQL server of --database-url (dropped at the end), a Redis key prefix
@@ -36,6 +37,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if len(args) > 0 && args[0] == "bench" {
 		return benchMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "sweep" {
+		return sweepMain(ctx, args[1:], stdout, stderr)
 	}
 	return runMain(ctx, args, stdout, stderr)
 }

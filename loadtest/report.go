@@ -166,8 +166,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		row("peak RSS: "+m.Name, v)
 	}
 	if u := r.CPU; u != nil {
-		row("CPU cores busy (of "+strconv.Itoa(r.Machine.CPUs)+")", fmt.Sprintf("%.2f: dispatch-load %.2f, workers %.2f, PostgreSQL %.2f, Redis %.2f, other %.2f",
-			u.Machine, u.Tool, u.Workers, u.PostgreSQL, u.Redis, u.Other))
+		roles := ""
+		if u.Roles > 0 {
+			roles = fmt.Sprintf(", api + scheduler %.2f", u.Roles)
+		}
+		row("CPU cores busy (of "+strconv.Itoa(r.Machine.CPUs)+")", fmt.Sprintf("%.2f: dispatch-load %.2f, workers %.2f%s, PostgreSQL %.2f, Redis %.2f, other %.2f",
+			u.Machine, u.Tool, u.Workers, roles, u.PostgreSQL, u.Redis, u.Other))
+		if u.PerEventMs > 0 {
+			what := "Dispatch, PostgreSQL and Redis"
+			if u.WithTool {
+				what += ", with the load generator and the receiver (api and scheduler run inside the tool; --processes leaves them out)"
+			}
+			row("machine CPU per event", fmt.Sprintf("%.3f ms: %s", u.PerEventMs, what))
+		}
 	}
 	if len(p.Errors) > 0 {
 		kinds := make([]string, 0, len(p.Errors))

@@ -205,6 +205,7 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 
 	r := buildReport(cfg, started, pubs, rcv, accepted)
 	if use := cpuBetween(cpuStart, cpuEnd); use.Seconds > 0 {
+		use.perEvent(r.Publish.Accepted, !cfg.Processes)
 		r.CPU = &use
 	}
 	if r.Deliveries != nil {
