@@ -157,8 +157,9 @@ type EventStore interface {
 	FailFanOut(ctx context.Context, id, reason string, now time.Time, maxTries int) (settled bool, err error)
 	// ExpireIdempotencyKeys frees the idempotency keys whose window ended:
 	// up to limit keys of events created at or before keptSince, oldest
-	// first. Their events stay, without a key, and a later event may take
-	// the key. It returns how many it freed; concurrent calls free
+	// first. Their events stay, and still tell the key they were published
+	// with, but no longer answer for it: a later event takes it, whatever
+	// its window. It returns how many it freed; concurrent calls free
 	// different keys.
 	ExpireIdempotencyKeys(ctx context.Context, keptSince time.Time, limit int) (int, error)
 }

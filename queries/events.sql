@@ -1,13 +1,24 @@
--- name: InsertEvent :execrows
--- Stores the event unless its idempotency key is taken; 0 rows means the key
--- belongs to another event. A NULL key never conflicts. A duplicate id is
--- still a unique violation.
+-- name: InsertKeyedEvent :execrows
+-- Stores an event with an idempotency key, claiming the key, in one
+-- statement: a new key, or one whose owner was stored at or before
+-- @kept_since (its window ended), becomes the event's, and the event is
+-- stored; a key owned within the window stores nothing (0 rows), and
+-- IdempotencyKeyOwner tells the owner. Two calls with one key serialize on
+-- its row: the second sees the first's claim once it commits. A duplicate
+-- id is a unique violation, which undoes the claim too.
+WITH claimed AS (
+    INSERT INTO idempotency_keys (key, event_id, created_at)
+    VALUES (@idempotency_key::text, @id::text, @created_at::timestamptz)
+    ON CONFLICT (key) DO UPDATE
+        SET event_id = EXCLUDED.event_id, created_at = EXCLUDED.created_at
+        WHERE idempotency_keys.created_at <= @kept_since::timestamptz
+    RETURNING event_id
+)
 INSERT INTO events (
     id, type, source, data, ordering_key, idempotency_key, created_at
-) VALUES (
-    @id, @type, @source, @data, @ordering_key, sqlc.narg(idempotency_key), @created_at
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+SELECT @id::text, @type::text, @source::text, @data::bytea, @ordering_key::text, @idempotency_key::text, @created_at::timestamptz
+FROM claimed;
 
 -- name: InsertEvents :execrows
 -- Stores a batch of events without idempotency keys in one statement, so
@@ -25,29 +36,24 @@ SELECT
     unnest(@ordering_keys::text[]),
     unnest(@created_ats::timestamptz[]);
 
--- name: EventByIdempotencyKey :one
--- The event with its status (the event_states view).
-SELECT * FROM event_states WHERE idempotency_key = @idempotency_key::text;
-
--- name: ReleaseIdempotencyKey :exec
--- Frees an expired key for a new event. The condition is re-checked on the
--- latest row version, so two callers releasing one key both succeed safely.
-UPDATE events SET idempotency_key = NULL
-WHERE id = @id AND idempotency_key = @idempotency_key::text AND created_at <= @kept_since;
+-- name: IdempotencyKeyOwner :one
+-- The event that owns the key, with its status (the event_states view).
+SELECT e.* FROM idempotency_keys k
+JOIN event_states e ON e.id = k.event_id
+WHERE k.key = @idempotency_key::text;
 
 -- name: ExpireIdempotencyKeys :execrows
--- Frees up to @max_rows keys of events created at or before @kept_since,
--- oldest first (events_idempotency_created_idx, migration 00017), skipping
--- rows another caller holds, so concurrent sweeps never wait on each other.
-WITH expired AS (
-    SELECT e.id FROM events e
-    WHERE e.idempotency_key IS NOT NULL AND e.created_at <= @kept_since::timestamptz
-    ORDER BY e.created_at
+-- Deletes up to @max_rows keys owned since @kept_since or before, oldest
+-- first (idempotency_keys_created_idx, migration 00017), skipping rows
+-- another caller holds, so concurrent sweeps never wait on each other.
+DELETE FROM idempotency_keys
+WHERE key IN (
+    SELECT k.key FROM idempotency_keys k
+    WHERE k.created_at <= @kept_since::timestamptz
+    ORDER BY k.created_at
     LIMIT @max_rows::integer
     FOR UPDATE SKIP LOCKED
-)
-UPDATE events SET idempotency_key = NULL
-FROM expired WHERE events.id = expired.id;
+);
 
 -- name: GetEvent :one
 -- The event with its status, derived from its deliveries (the event_states

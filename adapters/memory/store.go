@@ -285,10 +285,8 @@ func (s *Store) CreateEvent(_ context.Context, e domain.Event, keptSince time.Ti
 	}
 	if e.IdempotencyKey != "" {
 		// An expired owner gives the key up, as in PostgreSQL: its event
-		// stays but no longer answers for the key.
-		if ownerID, ok := s.idempotencyKeys[e.IdempotencyKey]; ok {
-			s.events[ownerID].event.IdempotencyKey = ""
-		}
+		// stays, with the key it was published with, but no longer
+		// answers for it.
 		s.idempotencyKeys[e.IdempotencyKey] = e.ID
 	}
 	s.events[e.ID] = &storedEvent{event: e}
@@ -458,7 +456,6 @@ func (s *Store) ExpireIdempotencyKeys(_ context.Context, keptSince time.Time, li
 	expired = expired[:min(len(expired), max(limit, 0))]
 	for _, e := range expired {
 		delete(s.idempotencyKeys, e.event.IdempotencyKey)
-		e.event.IdempotencyKey = ""
 	}
 	return len(expired), nil
 }

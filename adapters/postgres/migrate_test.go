@@ -3,9 +3,11 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
@@ -62,4 +64,60 @@ func TestMigrate(t *testing.T) {
 	version, err = provider.GetDBVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, latest, version)
+}
+
+// TestIdempotencyKeysMoveToTheirOwnTable: migration 00017 moves every key
+// to idempotency_keys with its owner, and back down an event whose key
+// another took over gives it up, so the unique index returns.
+func TestIdempotencyKeysMoveToTheirOwnTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	require.NoError(t, err)
+	_, err = provider.DownTo(ctx, 16)
+	require.NoError(t, err)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	insert := `INSERT INTO events (id, type, data, idempotency_key, created_at) VALUES ($1, 'a', '{}', $2, $3)`
+	old := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	exec(insert, "evt_keyed", "order-1", old)
+	exec(insert, "evt_plain", nil, old)
+
+	_, err = provider.UpTo(ctx, 17)
+	require.NoError(t, err)
+	var owner string
+	var since time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, created_at FROM idempotency_keys WHERE key = 'order-1'`).Scan(&owner, &since))
+	assert.Equal(t, "evt_keyed", owner)
+	assert.True(t, since.Equal(old))
+	var keys int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&keys))
+	assert.Equal(t, 1, keys, "only keyed events have a row")
+
+	// A later event takes the expired key over.
+	exec(insert, "evt_later", "order-1", old.Add(48*time.Hour))
+	exec(`UPDATE idempotency_keys SET event_id = 'evt_later', created_at = $1 WHERE key = 'order-1'`, old.Add(48*time.Hour))
+
+	_, err = provider.DownTo(ctx, 16)
+	require.NoError(t, err)
+	kept := map[string]string{}
+	rows, err := pool.Query(ctx, `SELECT id, coalesce(idempotency_key, '') FROM events`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id, key string
+		require.NoError(t, rows.Scan(&id, &key))
+		kept[id] = key
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, map[string]string{"evt_keyed": "", "evt_plain": "", "evt_later": "order-1"}, kept)
+	_, err = pool.Exec(ctx, insert, "evt_dup", "order-1", old)
+	assert.Error(t, err, "the unique index is back")
+	_, err = provider.UpTo(ctx, 17)
+	require.NoError(t, err)
 }

@@ -343,54 +343,44 @@ const maxIdempotencyRounds = 10
 // event stream, which the scheduler's outbox sweep (UnfannedEvents) makes
 // up for, as after a crash between commit and append.
 //
-// With a key, the call has a round trip of its own, and the unique index on
-// idempotency_key decides the race: INSERT … ON CONFLICT DO NOTHING stores
-// the event or finds the key taken; then the owner is returned while it is
-// within keptSince, and an expired owner releases the key (its event stays)
-// and the insert is tried again.
+// With a key, the call has a round trip of its own: one statement claims
+// the key in idempotency_keys and stores the event (InsertKeyedEvent), or
+// finds the key owned within keptSince, and then the owner is read. Two
+// calls with one key serialize on the key's row.
 func (s *Store) CreateEvent(ctx context.Context, e domain.Event, keptSince time.Time) (domain.Event, bool, error) {
 	e = normalizeEvent(e)
-	params := sqlcgen.InsertEventParams{
-		ID:             e.ID,
-		Type:           e.Type,
-		Source:         e.Source,
-		Data:           e.Data,
-		OrderingKey:    e.OrderingKey,
-		IdempotencyKey: optionalText(e.IdempotencyKey),
-		CreatedAt:      e.CreatedAt,
-	}
 	if e.IdempotencyKey == "" {
 		if err := s.events.Commit(ctx, newEvent{event: e}); err != nil {
 			return domain.Event{}, false, fmt.Errorf("create event %s: %w", e.ID, err)
 		}
 		return e, true, nil
 	}
+	params := sqlcgen.InsertKeyedEventParams{
+		ID:             e.ID,
+		Type:           e.Type,
+		Source:         e.Source,
+		Data:           e.Data,
+		OrderingKey:    e.OrderingKey,
+		IdempotencyKey: e.IdempotencyKey,
+		CreatedAt:      e.CreatedAt,
+		KeptSince:      keptSince,
+	}
 	for range maxIdempotencyRounds {
-		n, err := s.queries.InsertEvent(ctx, params)
+		n, err := s.queries.InsertKeyedEvent(ctx, params)
 		if err != nil {
 			return domain.Event{}, false, fmt.Errorf("create event %s: %w", e.ID, interpretError(err))
 		}
 		if n == 1 {
 			return e, true, nil
 		}
-		owner, err := s.queries.EventByIdempotencyKey(ctx, e.IdempotencyKey)
+		owner, err := s.queries.IdempotencyKeyOwner(ctx, e.IdempotencyKey)
 		if errors.Is(err, pgx.ErrNoRows) {
-			continue // released by another caller since our insert
+			continue // expired and deleted since our insert: claim it again
 		}
 		if err != nil {
 			return domain.Event{}, false, fmt.Errorf("create event %s: find idempotency key owner: %w", e.ID, interpretError(err))
 		}
-		if owner.CreatedAt.After(keptSince) {
-			return toEvent(owner), false, nil
-		}
-		err = s.queries.ReleaseIdempotencyKey(ctx, sqlcgen.ReleaseIdempotencyKeyParams{
-			ID:             owner.ID,
-			IdempotencyKey: e.IdempotencyKey,
-			KeptSince:      keptSince,
-		})
-		if err != nil {
-			return domain.Event{}, false, fmt.Errorf("create event %s: release expired idempotency key: %w", e.ID, interpretError(err))
-		}
+		return toEvent(owner), false, nil
 	}
 	return domain.Event{}, false, fmt.Errorf("create event %s: idempotency key kept changing owner in %d rounds", e.ID, maxIdempotencyRounds)
 }

@@ -8,34 +8,7 @@ package sqlcgen
 import (
 	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 )
-
-const eventByIdempotencyKey = `-- name: EventByIdempotencyKey :one
-SELECT id, type, source, data, ordering_key, idempotency_key, fanned_out_at, created_at, enqueued_at, fanout_failures, failure_reason, status FROM event_states WHERE idempotency_key = $1::text
-`
-
-// The event with its status (the event_states view).
-func (q *Queries) EventByIdempotencyKey(ctx context.Context, idempotencyKey string) (EventState, error) {
-	row := q.db.QueryRow(ctx, eventByIdempotencyKey, idempotencyKey)
-	var i EventState
-	err := row.Scan(
-		&i.ID,
-		&i.Type,
-		&i.Source,
-		&i.Data,
-		&i.OrderingKey,
-		&i.IdempotencyKey,
-		&i.FannedOutAt,
-		&i.CreatedAt,
-		&i.EnqueuedAt,
-		&i.FanoutFailures,
-		&i.FailureReason,
-		&i.Status,
-	)
-	return i, err
-}
 
 const eventsToTake = `-- name: EventsToTake :many
 SELECT events.id, events.type, events.source, events.data, events.ordering_key, events.idempotency_key, events.fanned_out_at, events.created_at, events.enqueued_at, events.fanout_failures, events.failure_reason, (SELECT version FROM subscription_version WHERE only_row)::bigint AS subscription_version
@@ -85,15 +58,14 @@ func (q *Queries) EventsToTake(ctx context.Context, ids []string) ([]EventsToTak
 }
 
 const expireIdempotencyKeys = `-- name: ExpireIdempotencyKeys :execrows
-WITH expired AS (
-    SELECT e.id FROM events e
-    WHERE e.idempotency_key IS NOT NULL AND e.created_at <= $1::timestamptz
-    ORDER BY e.created_at
+DELETE FROM idempotency_keys
+WHERE key IN (
+    SELECT k.key FROM idempotency_keys k
+    WHERE k.created_at <= $1::timestamptz
+    ORDER BY k.created_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 )
-UPDATE events SET idempotency_key = NULL
-FROM expired WHERE events.id = expired.id
 `
 
 type ExpireIdempotencyKeysParams struct {
@@ -101,9 +73,9 @@ type ExpireIdempotencyKeysParams struct {
 	MaxRows   int32
 }
 
-// Frees up to @max_rows keys of events created at or before @kept_since,
-// oldest first (events_idempotency_created_idx, migration 00017), skipping
-// rows another caller holds, so concurrent sweeps never wait on each other.
+// Deletes up to @max_rows keys owned since @kept_since or before, oldest
+// first (idempotency_keys_created_idx, migration 00017), skipping rows
+// another caller holds, so concurrent sweeps never wait on each other.
 func (q *Queries) ExpireIdempotencyKeys(ctx context.Context, arg ExpireIdempotencyKeysParams) (int64, error) {
 	result, err := q.db.Exec(ctx, expireIdempotencyKeys, arg.KeptSince, arg.MaxRows)
 	if err != nil {
@@ -221,42 +193,31 @@ func (q *Queries) GetEvents(ctx context.Context, ids []string) ([]EventState, er
 	return items, nil
 }
 
-const insertEvent = `-- name: InsertEvent :execrows
-INSERT INTO events (
-    id, type, source, data, ordering_key, idempotency_key, created_at
-) VALUES (
-    $1, $2, $3, $4, $5, $6, $7
-)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+const idempotencyKeyOwner = `-- name: IdempotencyKeyOwner :one
+SELECT e.id, e.type, e.source, e.data, e.ordering_key, e.idempotency_key, e.fanned_out_at, e.created_at, e.enqueued_at, e.fanout_failures, e.failure_reason, e.status FROM idempotency_keys k
+JOIN event_states e ON e.id = k.event_id
+WHERE k.key = $1::text
 `
 
-type InsertEventParams struct {
-	ID             string
-	Type           string
-	Source         string
-	Data           []byte
-	OrderingKey    string
-	IdempotencyKey pgtype.Text
-	CreatedAt      time.Time
-}
-
-// Stores the event unless its idempotency key is taken; 0 rows means the key
-// belongs to another event. A NULL key never conflicts. A duplicate id is
-// still a unique violation.
-func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error) {
-	result, err := q.db.Exec(ctx, insertEvent,
-		arg.ID,
-		arg.Type,
-		arg.Source,
-		arg.Data,
-		arg.OrderingKey,
-		arg.IdempotencyKey,
-		arg.CreatedAt,
+// The event that owns the key, with its status (the event_states view).
+func (q *Queries) IdempotencyKeyOwner(ctx context.Context, idempotencyKey string) (EventState, error) {
+	row := q.db.QueryRow(ctx, idempotencyKeyOwner, idempotencyKey)
+	var i EventState
+	err := row.Scan(
+		&i.ID,
+		&i.Type,
+		&i.Source,
+		&i.Data,
+		&i.OrderingKey,
+		&i.IdempotencyKey,
+		&i.FannedOutAt,
+		&i.CreatedAt,
+		&i.EnqueuedAt,
+		&i.FanoutFailures,
+		&i.FailureReason,
+		&i.Status,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	return i, err
 }
 
 const insertEvents = `-- name: InsertEvents :execrows
@@ -440,22 +401,55 @@ func (q *Queries) InsertEventsFannedOut(ctx context.Context, arg InsertEventsFan
 	return i, err
 }
 
-const releaseIdempotencyKey = `-- name: ReleaseIdempotencyKey :exec
-UPDATE events SET idempotency_key = NULL
-WHERE id = $1 AND idempotency_key = $2::text AND created_at <= $3
+const insertKeyedEvent = `-- name: InsertKeyedEvent :execrows
+WITH claimed AS (
+    INSERT INTO idempotency_keys (key, event_id, created_at)
+    VALUES ($6::text, $1::text, $7::timestamptz)
+    ON CONFLICT (key) DO UPDATE
+        SET event_id = EXCLUDED.event_id, created_at = EXCLUDED.created_at
+        WHERE idempotency_keys.created_at <= $8::timestamptz
+    RETURNING event_id
+)
+INSERT INTO events (
+    id, type, source, data, ordering_key, idempotency_key, created_at
+)
+SELECT $1::text, $2::text, $3::text, $4::bytea, $5::text, $6::text, $7::timestamptz
+FROM claimed
 `
 
-type ReleaseIdempotencyKeyParams struct {
+type InsertKeyedEventParams struct {
 	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
 	IdempotencyKey string
+	CreatedAt      time.Time
 	KeptSince      time.Time
 }
 
-// Frees an expired key for a new event. The condition is re-checked on the
-// latest row version, so two callers releasing one key both succeed safely.
-func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, arg ReleaseIdempotencyKeyParams) error {
-	_, err := q.db.Exec(ctx, releaseIdempotencyKey, arg.ID, arg.IdempotencyKey, arg.KeptSince)
-	return err
+// Stores an event with an idempotency key, claiming the key, in one
+// statement: a new key, or one whose owner was stored at or before
+// @kept_since (its window ended), becomes the event's, and the event is
+// stored; a key owned within the window stores nothing (0 rows), and
+// IdempotencyKeyOwner tells the owner. Two calls with one key serialize on
+// its row: the second sees the first's claim once it commits. A duplicate
+// id is a unique violation, which undoes the claim too.
+func (q *Queries) InsertKeyedEvent(ctx context.Context, arg InsertKeyedEventParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertKeyedEvent,
+		arg.ID,
+		arg.Type,
+		arg.Source,
+		arg.Data,
+		arg.OrderingKey,
+		arg.IdempotencyKey,
+		arg.CreatedAt,
+		arg.KeptSince,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const subscriptionVersion = `-- name: SubscriptionVersion :one

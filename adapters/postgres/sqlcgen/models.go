@@ -73,6 +73,12 @@ type EventState struct {
 	Status         string
 }
 
+type IdempotencyKey struct {
+	Key       string
+	EventID   string
+	CreatedAt time.Time
+}
+
 type Subscription struct {
 	ID                      string
 	Url                     string
