@@ -31,15 +31,23 @@ func (c *clock) advance(d time.Duration) {
 
 type clockedQueue struct {
 	*kafka.Queue
-	clock *clock
+	clock      *clock
+	prefix     string
+	partitions int
 }
 
 func newQueue(t testing.TB, partitions int) clockedQueue {
 	t.Helper()
+	return openQueue(t, kafkatest.Prefix(t), partitions)
+}
+
+// openQueue is a process's queue on prefix, closed when t ends.
+func openQueue(t testing.TB, prefix string, partitions int) clockedQueue {
+	t.Helper()
 	c := &clock{}
 	q, err := kafka.New(kafka.Options{
 		Brokers:    kafkatest.Brokers(t),
-		Prefix:     kafkatest.Prefix(t),
+		Prefix:     prefix,
 		Partitions: partitions,
 		Now:        c.now,
 	})
@@ -47,7 +55,7 @@ func newQueue(t testing.TB, partitions int) clockedQueue {
 		t.Fatal(err)
 	}
 	t.Cleanup(q.Close)
-	return clockedQueue{Queue: q, clock: c}
+	return clockedQueue{Queue: q, clock: c, prefix: prefix, partitions: partitions}
 }
 
 // TestQueue runs the contract suite on an in-process kfake cluster (or the
@@ -56,6 +64,11 @@ func TestQueue(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) ports.Queue { return newQueue(t, 4) }, queuetest.Features{
 		AdvanceIdle:     func(t *testing.T, q ports.Queue, d time.Duration) { q.(clockedQueue).clock.advance(d) },
 		TrimApproximate: true,
+		Restart: func(t *testing.T, q ports.Queue) ports.Queue {
+			old := q.(clockedQueue)
+			old.Close()
+			return openQueue(t, old.prefix, old.partitions)
+		},
 	})
 }
 
