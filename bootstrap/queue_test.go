@@ -19,9 +19,10 @@ func testQueue(t *testing.T, cfg *bootstrap.Config) {
 	t.Helper()
 	cfg.Queue = cmp.Or(os.Getenv("DISPATCH_QUEUE"), bootstrap.DefaultQueue)
 	cfg.QueuePrefix = queuePrefix(t)
-	if cfg.Queue == bootstrap.QueueKafka && os.Getenv("KAFKA_BROKERS") == "" {
-		// An in-process cluster on loopback, one per test binary, which
-		// dispatch subprocesses reach through queueEnv.
+	if cfg.Queue == bootstrap.QueueKafka {
+		// $KAFKA_BROKERS, or else an in-process cluster on loopback, one
+		// per test binary, which dispatch subprocesses reach through
+		// queueEnv.
 		cfg.KafkaBrokers = kafkatest.Brokers(t)
 	}
 }
