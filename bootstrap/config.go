@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,10 +63,15 @@ const (
 const (
 	// QueueRedis is Redis Streams, the default.
 	QueueRedis = "redis"
+	// QueueKafka is Apache Kafka at KafkaBrokers.
+	QueueKafka = "kafka"
 )
 
+// kafkaName is what Kafka accepts in a topic or group name.
+var kafkaName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
 // queues are the values DISPATCH_QUEUE takes.
-var queues = []string{QueueRedis}
+var queues = []string{QueueRedis, QueueKafka}
 
 // Config is every setting of every role. Each field is a flag and a
 // DISPATCH_* environment variable (DATABASE_URL and REDIS_URL keep their
@@ -290,6 +297,14 @@ func (c *Config) Validate() error {
 	check(slices.Contains(queues, c.Queue), "queue must be one of %s, got %q", strings.Join(queues, ", "), c.Queue)
 	check(c.QueuePartitions >= 1 && c.QueuePartitions <= MaxQueuePartitions, "queue-partitions must be 1..%d, got %d", MaxQueuePartitions, c.QueuePartitions)
 	check(c.QueuePrefix != "", "queue-prefix must be set")
+	if c.Queue == QueueKafka {
+		check(len(c.KafkaBrokers) > 0, "kafka-brokers must be set for the kafka queue")
+		for _, b := range c.KafkaBrokers {
+			_, port, err := net.SplitHostPort(b)
+			check(err == nil && port != "", "kafka-brokers must be host:port, got %q", b)
+		}
+		check(kafkaName.MatchString(c.QueuePrefix), "queue-prefix must be letters, digits, '.', '_' and '-' for the kafka queue, got %q", c.QueuePrefix)
+	}
 	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)

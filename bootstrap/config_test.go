@@ -173,6 +173,7 @@ func TestQueueConfig(t *testing.T) {
 	t.Run("queue", func(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE", func(c bootstrap.Config) string { return c.Queue }, []settingCase[string]{
 			{"redis", nil, "redis"},
+			{"kafka", nil, "kafka"},
 		}, map[string]string{
 			"rabbitmq": `queue must be one of redis`,
 			"":         `got ""`,
@@ -192,6 +193,33 @@ func TestQueueConfig(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE_PREFIX", func(c bootstrap.Config) string { return c.QueuePrefix }, []settingCase[string]{
 			{"staging", nil, "staging"},
 		}, map[string]string{"": "queue-prefix must be set"})
+	})
+	t.Run("kafka settings", func(t *testing.T) {
+		for brokers, want := range map[string]string{
+			"":                "kafka-brokers must be set for the kafka queue",
+			"k1:9092,k2":      `kafka-brokers must be host:port, got "k2"`,
+			"k1:9092,[::1]:":  `kafka-brokers must be host:port, got "[::1]:"`,
+			"k1:9092,k2:9093": "",
+		} {
+			cfg := bootstrap.DefaultConfig()
+			cfg.Queue = "kafka"
+			cfg.KafkaBrokers = strings.FieldsFunc(brokers, func(r rune) bool { return r == ',' })
+			err := cfg.Validate()
+			if want == "" {
+				if err != nil && strings.Contains(err.Error(), "kafka") {
+					t.Errorf("brokers %q: %v", brokers, err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("brokers %q: error %v, want one containing %q", brokers, err, want)
+			}
+		}
+		cfg := bootstrap.DefaultConfig()
+		cfg.Queue, cfg.QueuePrefix = "kafka", "my deployment"
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `queue-prefix must be letters, digits, '.', '_' and '-' for the kafka queue, got "my deployment"`) {
+			t.Errorf("prefix with a space: %v", err)
+		}
 	})
 	t.Run("kafka", func(t *testing.T) {
 		testSetting(t, "KAFKA_BROKERS", func(c bootstrap.Config) string { return strings.Join(c.KafkaBrokers, ",") }, []settingCase[string]{

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/kafka"
 	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
@@ -150,6 +151,8 @@ func newChosenQueue(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config)
 	switch cfg.Queue {
 	case QueueRedis:
 		return newQueue(client, cfg)
+	case QueueKafka:
+		return newKafkaQueue(lc, cfg)
 	}
 	return nil, fmt.Errorf("unknown queue %q (want one of %s)", cfg.Queue, strings.Join(queues, ", "))
 }
@@ -159,6 +162,17 @@ func newQueue(client goredis.UniversalClient, cfg Config) (ports.Queue, error) {
 	opts := redis.DefaultQueueOptions()
 	opts.Prefix = cfg.RedisKeyPrefix
 	return redis.NewQueue(client, opts)
+}
+
+// newKafkaQueue is the Kafka queue at cfg.KafkaBrokers, closed (leaving its
+// consumer groups) when the app stops.
+func newKafkaQueue(lc fx.Lifecycle, cfg Config) (ports.Queue, error) {
+	q, err := kafka.New(kafka.Options{Brokers: cfg.KafkaBrokers, Prefix: cfg.QueuePrefix, Partitions: cfg.QueuePartitions})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(q.Close))
+	return q, nil
 }
 
 // coreModule provides the use cases.

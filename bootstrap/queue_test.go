@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/kafka/kafkatest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
@@ -18,6 +19,12 @@ func testQueue(t *testing.T, cfg *bootstrap.Config) {
 	t.Helper()
 	cfg.Queue = cmp.Or(os.Getenv("DISPATCH_QUEUE"), bootstrap.DefaultQueue)
 	cfg.QueuePrefix = queuePrefix(t)
+	if cfg.Queue == bootstrap.QueueKafka {
+		// $KAFKA_BROKERS, or else an in-process cluster on loopback, one
+		// per test binary, which dispatch subprocesses reach through
+		// queueEnv.
+		cfg.KafkaBrokers = kafkatest.Brokers(t)
+	}
 }
 
 // queuePrefix is a queue prefix of t's own: its name, in the characters

@@ -37,6 +37,12 @@ func TestQueue(t *testing.T) {
 			rq := q.(*Queue)
 			require.NoError(t, rq.client.XDel(t.Context(), rq.key(stream), id).Err())
 		},
+		// The process in its place: a new connection, the same prefix.
+		Restart: func(t *testing.T, q ports.Queue) ports.Queue {
+			opts := DefaultQueueOptions()
+			opts.Prefix = q.(*Queue).prefix
+			return newTestQueue(t, redistest.Client(t), opts)
+		},
 	})
 }
 

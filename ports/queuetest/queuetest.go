@@ -13,6 +13,7 @@ package queuetest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +43,18 @@ type Features struct {
 	// the port allows (XTRIM ~ keeps whole macro-nodes). The suite then
 	// checks only that Trim keeps what it must. When false it also checks
 	// that Trim removes every entry before the oldest one a group still
-	// needs.
+	// needs. A queue whose Trim does nothing, leaving old entries to the
+	// broker's retention (Kafka), sets it too.
 	TrimApproximate bool
+	// Restart, when set, stops q the way a process stops (connections
+	// closed, nothing acknowledged on the way out) and returns a new queue
+	// on the same broker and prefix: the process that took its place. The
+	// suite then checks that no entry is lost across the restart: those
+	// read but not acknowledged before it are handed out again after it,
+	// by Read (Kafka: from the committed offset) or by Reclaim (Redis: the
+	// entries stay pending). When nil that test is skipped: an in-process
+	// queue does not outlive its process.
+	Restart func(t *testing.T, q ports.Queue) ports.Queue
 }
 
 // Idle times the suite uses.
@@ -96,6 +107,8 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
 		{"ConcurrentPublishesKeepEachCallsOrder", s.testConcurrentPublishOrder},
 		{"Ping", s.testPing},
+		{"PrefixesIsolateDeployments", s.testPrefixes},
+		{"NoLossAcrossRestart", s.testRestart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -800,6 +813,88 @@ func (s suite) testConcurrentPublishOrder(t *testing.T) {
 				"%s was published after %s, so it must come after it", body, got[prev])
 		}
 		last[publisher] = i
+	}
+}
+
+// testPrefixes uses two queues on one broker, as two deployments do: each
+// reads only what was published to it.
+func (s suite) testPrefixes(t *testing.T) {
+	q1, q2, ctx := s.newQueue(t), s.newQueue(t), ctxFor(t)
+	require.NoError(t, q1.Publish(ctx, streamName, Entries("first")...))
+	require.NoError(t, q2.Publish(ctx, streamName, Entries("second")...))
+	assert.Equal(t, []string{"first"}, bodiesOf(readAll(t, q1, streamName, "g", "c", 1)))
+	assert.Equal(t, []string{"second"}, bodiesOf(readAll(t, q2, streamName, "g", "c", 1)))
+	for i, q := range []ports.Queue{q1, q2} {
+		more, err := q.Read(ctx, streamName, "g", "c", 10, 0)
+		require.NoError(t, err)
+		assert.Empty(t, bodiesOf(more), "queue %d read another deployment's entry", i+1)
+	}
+}
+
+// testRestart reads entries of several keys, acknowledges some, and
+// restarts the queue's process: at least once, every entry not
+// acknowledged comes back to the process in its place, and the stream
+// carries on.
+func (s suite) testRestart(t *testing.T) {
+	if s.f.Restart == nil {
+		t.Skip("the queue does not outlive its process (Features.Restart)")
+	}
+	q, ctx := s.newQueue(t), ctxFor(t)
+	var entries []ports.Entry
+	for i := range 24 {
+		entries = append(entries, ports.Entry{Key: "k" + strconv.Itoa(i%4), Body: "restart-" + strconv.Itoa(i)})
+	}
+	require.NoError(t, q.Publish(ctx, streamName, entries...))
+	got := readAll(t, q, streamName, "g", "dies", len(entries))
+	var acked []string
+	want := map[string]bool{}
+	for i, m := range got {
+		if i%3 == 0 {
+			acked = append(acked, m.ID)
+		} else {
+			want[m.Body] = true
+		}
+	}
+	require.NoError(t, q.Ack(ctx, streamName, "g", acked...))
+
+	q = s.f.Restart(t, q)
+	deadline := time.Now().Add(2 * waitFor)
+	for len(want) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("entries %v read but not acknowledged before the restart never came back", slices.Sorted(maps.Keys(want)))
+		}
+		msgs, err := q.Read(ctx, streamName, "g", "heir", 100, 200*time.Millisecond)
+		require.NoError(t, err)
+		reclaimed, err := q.Reclaim(ctx, streamName, "g", "heir", s.idleFor(t, q), 100)
+		require.NoError(t, err)
+		msgs = append(msgs, reclaimed...)
+		for _, m := range msgs {
+			delete(want, m.Body)
+		}
+		require.NoError(t, q.Ack(ctx, streamName, "g", idsOf(msgs)...))
+	}
+
+	// The stream carries on; an entry acknowledged before the restart may
+	// come again (at least once), nothing else.
+	require.NoError(t, q.Publish(ctx, streamName, Entries("after")...))
+	published := map[string]bool{}
+	for _, e := range entries {
+		published[e.Body] = true
+	}
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("an entry published after the restart was never read")
+		}
+		msgs, err := q.Read(ctx, streamName, "g", "heir", 100, 200*time.Millisecond)
+		require.NoError(t, err)
+		require.NoError(t, q.Ack(ctx, streamName, "g", idsOf(msgs)...))
+		bodies := bodiesOf(msgs)
+		for _, b := range bodies {
+			assert.True(t, b == "after" || published[b], "read %q, never published", b)
+		}
+		if slices.Contains(bodies, "after") {
+			return
+		}
 	}
 }
 
