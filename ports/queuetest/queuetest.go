@@ -44,6 +44,16 @@ type Features struct {
 	// that Trim removes every entry before the oldest one a group still
 	// needs.
 	TrimApproximate bool
+	// RedeliverAfter, when above 0, says the queue itself hands an entry
+	// read and not acknowledged for this long to the next Read of its group
+	// (JetStream's AckWait), and that Reclaim therefore returns nothing:
+	// returning such entries too would have the scheduler, which appends
+	// again what Reclaim returns, double every redelivery. The suite then
+	// checks through Read what it checks through Reclaim otherwise: entries
+	// come back once idle this long, not before, with their keys and
+	// bodies, and acknowledged ones never. The adapter's test sets it to the
+	// queue's visibility timeout, a few seconds at most.
+	RedeliverAfter time.Duration
 }
 
 // Idle times the suite uses.
@@ -171,6 +181,9 @@ func readAll(t *testing.T, q ports.Queue, stream, group, consumer string, n int)
 // idleFor makes every entry read so far old enough for Reclaim, and returns
 // the minIdle to pass. In real time it returns RealMinIdle and callers poll.
 func (s suite) idleFor(t *testing.T, q ports.Queue) time.Duration {
+	if s.f.RedeliverAfter > 0 {
+		return s.f.RedeliverAfter
+	}
 	if s.f.AdvanceIdle != nil {
 		s.f.AdvanceIdle(t, q, ClockMinIdle+time.Second)
 		return ClockMinIdle
@@ -190,6 +203,12 @@ func (s suite) reclaimUntil(t *testing.T, q ports.Queue, group, consumer string,
 		msgs, err := q.Reclaim(ctx, streamName, group, consumer, minIdle, count)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(msgs), count, "Reclaim returned more than count")
+		if s.f.RedeliverAfter > 0 {
+			require.Empty(t, msgs, "Reclaim returned entries the queue redelivers itself")
+			msgs, err = q.Read(ctx, streamName, group, consumer, count, 200*time.Millisecond)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(msgs), count, "Read returned more than count")
+		}
 		got = append(got, msgs...)
 		ids := idsOf(got)
 		missing := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return slices.Contains(ids, id) })
@@ -450,6 +469,7 @@ func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
 	early, err := q.Reclaim(ctx, streamName, "g", "rescuer", notYet, 10)
 	require.NoError(t, err)
 	assert.Empty(t, early, "entries were reclaimed before they were idle for minIdle")
+	s.assertNotRedelivered(t, q, "g", "rescuer", "entries were redelivered before they were idle for the visibility timeout")
 
 	// After minIdle, by another consumer, with their bodies.
 	minIdle := s.idleFor(t, q)
@@ -461,6 +481,7 @@ func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
 	again, err := q.Reclaim(ctx, streamName, "g", "third", notYet, 10)
 	require.NoError(t, err)
 	assert.Empty(t, again, "a just-reclaimed entry is not idle")
+	s.assertNotRedelivered(t, q, "g", "third", "a just-redelivered entry is not idle")
 	require.NoError(t, q.Ack(ctx, streamName, "g", want...))
 	if s.f.AdvanceIdle != nil {
 		s.f.AdvanceIdle(t, q, 2*ClockMinIdle)
@@ -473,6 +494,19 @@ func (s suite) testReclaimAfterMinIdleNotBefore(t *testing.T) {
 	fresh, err := q.Read(ctx, streamName, "g", "other", 10, 0)
 	require.NoError(t, err)
 	assert.Empty(t, fresh)
+}
+
+// assertNotRedelivered checks, for a queue that redelivers by itself, that
+// a Read right away hands out none of the entries just read: they have not
+// been idle for RedeliverAfter yet.
+func (s suite) assertNotRedelivered(t *testing.T, q ports.Queue, group, consumer, msg string) {
+	t.Helper()
+	if s.f.RedeliverAfter <= 0 {
+		return
+	}
+	msgs, err := q.Read(ctxFor(t), streamName, group, consumer, 10, 0)
+	require.NoError(t, err)
+	assert.Empty(t, bodiesOf(msgs), msg)
 }
 
 func (s suite) testReclaimCount(t *testing.T) {

@@ -1,0 +1,101 @@
+package nats_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
+	"github.com/dispatch-webhooks/dispatch/ports"
+	"github.com/dispatch-webhooks/dispatch/ports/queuetest"
+)
+
+// testAckWait is the visibility timeout of the queues under test: long
+// enough that an entry is never redelivered while a test still holds it,
+// short enough that redelivery tests stay quick.
+const testAckWait = 2 * time.Second
+
+// url is the NATS server the tests use: $NATS_URL, or the local one.
+func url() string {
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// connect connects to the test server for t.
+func connect(t testing.TB) *natsgo.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(ctx, url())
+	require.NoError(t, err, "NATS with JetStream at %s", url())
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// newQueue returns a queue with a prefix of its own, whose stream is
+// deleted when t ends.
+func newQueue(t testing.TB, opts nats.QueueOptions) *nats.Queue {
+	t.Helper()
+	nc := connect(t)
+	if opts.Prefix == "" {
+		opts.Prefix = testPrefix()
+	}
+	if opts.AckWait == 0 {
+		opts.AckWait = testAckWait
+	}
+	q, err := nats.NewQueue(nc, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := q.DeleteStreams(ctx); err != nil {
+			t.Errorf("delete the streams of %s: %v", q.Prefix(), err)
+		}
+	})
+	return q
+}
+
+func testPrefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "qt_" + hex.EncodeToString(b)
+}
+
+func TestQueue(t *testing.T) {
+	t.Parallel()
+	queuetest.Run(t, func(t *testing.T) ports.Queue {
+		return newQueue(t, nats.QueueOptions{Partitions: 4})
+	}, queuetest.Features{
+		RedeliverAfter: testAckWait,
+		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
+			seq, err := strconv.ParseUint(id, 10, 64)
+			require.NoError(t, err)
+			js, err := jetstream.New(connect(t))
+			require.NoError(t, err)
+			s, err := js.Stream(t.Context(), q.(*nats.Queue).StreamName(stream))
+			require.NoError(t, err)
+			require.NoError(t, s.DeleteMsg(t.Context(), seq))
+		},
+	})
+}
+
+func TestQueueLag(t *testing.T) {
+	t.Parallel()
+	queuetest.RunLag(t, func(t *testing.T) queuetest.LagQueue {
+		return newQueue(t, nats.QueueOptions{Partitions: 4})
+	})
+}
+
+func BenchmarkPublishConsume(b *testing.B) {
+	queuetest.BenchPublishConsume(b, newQueue(b, nats.QueueOptions{}))
+}
