@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -61,10 +62,12 @@ const (
 const (
 	// QueueRedis is Redis Streams, the default.
 	QueueRedis = "redis"
+	// QueueNATS is NATS JetStream, at NATS_URL.
+	QueueNATS = "nats"
 )
 
 // queues are the values DISPATCH_QUEUE takes.
-var queues = []string{QueueRedis}
+var queues = []string{QueueRedis, QueueNATS}
 
 // Config is every setting of every role. Each field is a flag and a
 // DISPATCH_* environment variable (DATABASE_URL and REDIS_URL keep their
@@ -290,6 +293,12 @@ func (c *Config) Validate() error {
 	check(slices.Contains(queues, c.Queue), "queue must be one of %s, got %q", strings.Join(queues, ", "), c.Queue)
 	check(c.QueuePartitions >= 1 && c.QueuePartitions <= MaxQueuePartitions, "queue-partitions must be 1..%d, got %d", MaxQueuePartitions, c.QueuePartitions)
 	check(c.QueuePrefix != "", "queue-prefix must be set")
+	if c.Queue == QueueNATS {
+		check(c.NATSURL != "", "nats-url must be set for the nats queue")
+		if err := (nats.QueueOptions{Prefix: c.QueuePrefix}).Validate(); err != nil && c.QueuePrefix != "" {
+			errs = append(errs, fmt.Errorf("queue-prefix: %w", err))
+		}
+	}
 	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)

@@ -2,12 +2,15 @@ package bootstrap_test
 
 import (
 	"cmp"
+	"context"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
@@ -18,6 +21,32 @@ func testQueue(t *testing.T, cfg *bootstrap.Config) {
 	t.Helper()
 	cfg.Queue = cmp.Or(os.Getenv("DISPATCH_QUEUE"), bootstrap.DefaultQueue)
 	cfg.QueuePrefix = queuePrefix(t)
+	if cfg.Queue == bootstrap.QueueNATS {
+		cfg.NATSURL = cmp.Or(os.Getenv("NATS_URL"), cfg.NATSURL)
+		// The prefix is the same on every run: start from no stream, and
+		// leave none behind.
+		deleteNATSStreams(t, *cfg)
+		t.Cleanup(func() { deleteNATSStreams(t, *cfg) })
+	}
+}
+
+// deleteNATSStreams deletes the JetStream streams of cfg's queue prefix.
+func deleteNATSStreams(t *testing.T, cfg bootstrap.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(ctx, cfg.NATSURL)
+	if err != nil {
+		t.Fatalf("NATS at %s: %v", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	q, err := nats.NewQueue(nc, nats.QueueOptions{Prefix: cfg.QueuePrefix})
+	if err == nil {
+		err = q.DeleteStreams(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // queuePrefix is a queue prefix of t's own: its name, in the characters
