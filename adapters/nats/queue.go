@@ -36,6 +36,10 @@ const keyHeader = "Dispatch-Key"
 // when ctx has no earlier deadline.
 const ackTimeout = 10 * time.Second
 
+// consumerCheck is how often an idle group checks that its consumer still
+// exists (see checkConsumer).
+const consumerCheck = time.Second
+
 // names are what a prefix, a stream and a group may be: JetStream stream and
 // consumer names and subject tokens share them.
 var names = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -115,6 +119,7 @@ type Queue struct {
 	mu        sync.Mutex
 	streams   map[string]bool               // queue streams known to exist
 	consumers map[string]jetstream.Consumer // by JetStream stream and group
+	checked   map[string]time.Time          // last checkConsumer, by the same
 
 	// held remembers the acknowledgement subject of every entry this Queue
 	// read and has not acknowledged, by consumer name and sequence.
@@ -167,6 +172,7 @@ func NewQueue(nc *nats.Conn, opts QueueOptions) (*Queue, error) {
 		ackWait:    opts.AckWait,
 		streams:    make(map[string]bool),
 		consumers:  make(map[string]jetstream.Consumer),
+		checked:    make(map[string]time.Time),
 		held:       make(map[heldKey]heldEntry),
 	}, nil
 }
@@ -366,14 +372,17 @@ func (q *Queue) read(ctx context.Context, stream, group string, count int, block
 	}
 	name := q.StreamName(stream) + "\x00" + group
 	msgs, err := q.fetch(ctx, c, name, count, 0)
-	if err != nil || len(msgs) > 0 || block <= 0 {
+	if err != nil || len(msgs) > 0 {
 		return msgs, err
+	}
+	if block <= 0 {
+		return msgs, q.checkConsumer(ctx, c, name)
 	}
 	deadline := time.Now().Add(block)
 	for len(msgs) == 0 {
 		wait := time.Until(deadline)
 		if wait < time.Millisecond {
-			return msgs, nil
+			return msgs, q.checkConsumer(ctx, c, name)
 		}
 		// The server ends a pull request a little before its context
 		// does: loop until the block is over.
@@ -388,6 +397,28 @@ func (q *Queue) read(ctx context.Context, stream, group string, count int, block
 		}
 	}
 	return msgs, nil
+}
+
+// checkConsumer asks, at most once per consumerCheck, whether the consumer
+// behind an empty read still exists: a pull request to a deleted one gets
+// no answer at all, so without asking, a deleted stream would go unnoticed
+// and its group would read nothing forever. A gone consumer is reported as
+// not found, for Read to create it again.
+func (q *Queue) checkConsumer(ctx context.Context, c jetstream.Consumer, name string) error {
+	now := time.Now()
+	q.mu.Lock()
+	due := now.Sub(q.checked[name]) >= consumerCheck
+	if due {
+		q.checked[name] = now
+	}
+	q.mu.Unlock()
+	if !due {
+		return nil
+	}
+	if _, err := c.Info(ctx); isNotFound(err) {
+		return err
+	}
+	return nil // any other failure shows on the next read
 }
 
 // fetch sends one pull request for up to count entries, waiting up to wait

@@ -99,3 +99,32 @@ func TestQueueLag(t *testing.T) {
 func BenchmarkPublishConsume(b *testing.B) {
 	queuetest.BenchPublishConsume(b, newQueue(b, nats.QueueOptions{}))
 }
+
+// TestQueueRecreatesDeletedStreams deletes the streams under a queue that
+// uses them, as an operator might: the next append and read create them
+// again, and the group reads what came after.
+func TestQueueRecreatesDeletedStreams(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nats.QueueOptions{})
+	require.NoError(t, q.Publish(ctx, "events", queuetest.Entries("before")...))
+	msgs, err := q.Read(ctx, "events", "g", "c", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+
+	other, err := nats.NewQueue(connect(t), nats.QueueOptions{Prefix: q.Prefix()})
+	require.NoError(t, err)
+	require.NoError(t, other.DeleteStreams(ctx))
+
+	require.NoError(t, q.Publish(ctx, "events", queuetest.Entries("after")...))
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		msgs, err := q.Read(ctx, "events", "g", "c", 10, 200*time.Millisecond)
+		require.NoError(t, err)
+		for _, m := range msgs {
+			got = append(got, m.Body)
+		}
+	}
+	require.Equal(t, []string{"after"}, got)
+}
