@@ -20,8 +20,9 @@ import (
 
 // testAckWait is the visibility timeout of the queues under test: long
 // enough that an entry is never redelivered while a test still holds it,
-// short enough that redelivery tests stay quick.
-const testAckWait = 2 * time.Second
+// even on a loaded machine under the race detector, short enough that
+// redelivery tests stay quick.
+const testAckWait = 3 * time.Second
 
 // url is the NATS server the tests use: $NATS_URL, or the local one.
 func url() string {
