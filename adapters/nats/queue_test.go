@@ -87,6 +87,11 @@ func TestQueue(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.DeleteMsg(t.Context(), seq))
 		},
+		Reopen: func(t *testing.T, q ports.Queue) ports.Queue {
+			again, err := nats.NewQueue(connect(t), nats.QueueOptions{Prefix: q.(*nats.Queue).Prefix(), Partitions: 4, AckWait: testAckWait})
+			require.NoError(t, err)
+			return again
+		},
 	})
 }
 

@@ -37,6 +37,10 @@ func TestQueue(t *testing.T) {
 			rq := q.(*Queue)
 			require.NoError(t, rq.client.XDel(t.Context(), rq.key(stream), id).Err())
 		},
+		Reopen: func(t *testing.T, q ports.Queue) ports.Queue {
+			rq := q.(*Queue)
+			return newTestQueue(t, redistest.Client(t), QueueOptions{Prefix: rq.prefix})
+		},
 	})
 }
 

@@ -54,6 +54,13 @@ type Features struct {
 	// bodies, and acknowledged ones never. The adapter's test sets it to the
 	// queue's visibility timeout, a few seconds at most.
 	RedeliverAfter time.Duration
+	// Reopen, when set, returns a new queue on what q holds (a new client
+	// on the same broker and prefix), as a restarted process opens it, so
+	// the suite checks that nothing is lost across a restart: unread
+	// entries are read, and entries read but not acknowledged come back.
+	// When nil (a queue that lives in its process only) that test is
+	// skipped.
+	Reopen func(t *testing.T, q ports.Queue) ports.Queue
 }
 
 // Idle times the suite uses.
@@ -105,6 +112,8 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"TrimMissingStream", s.testTrimMissingStream},
 		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
 		{"ConcurrentPublishesKeepEachCallsOrder", s.testConcurrentPublishOrder},
+		{"QueuesAreIsolated", s.testQueuesAreIsolated},
+		{"NothingLostAcrossRestart", s.testNothingLostAcrossRestart},
 		{"Ping", s.testPing},
 	}
 	for _, tc := range tests {
@@ -835,6 +844,55 @@ func (s suite) testConcurrentPublishOrder(t *testing.T) {
 		}
 		last[publisher] = i
 	}
+}
+
+// testQueuesAreIsolated uses two queues of newQueue, which share their
+// broker (a prefix each), as two deployments would: neither sees the
+// other's entries, and one's acknowledgements and trimming leave the other
+// alone.
+func (s suite) testQueuesAreIsolated(t *testing.T) {
+	a, b, ctx := s.newQueue(t), s.newQueue(t), ctxFor(t)
+	require.NoError(t, a.Publish(ctx, streamName, Entries("a-0", "a-1")...))
+	require.NoError(t, b.Publish(ctx, streamName, Entries("b-0")...))
+
+	gotA := readAll(t, a, streamName, "g", "c", 2)
+	assert.Equal(t, []string{"a-0", "a-1"}, bodiesOf(gotA))
+	gotB := readAll(t, b, streamName, "g", "c", 1)
+	assert.Equal(t, []string{"b-0"}, bodiesOf(gotB))
+	for name, q := range map[string]ports.Queue{"a": a, "b": b} {
+		more, err := q.Read(ctx, streamName, "g", "c", 10, 0)
+		require.NoError(t, err)
+		assert.Empty(t, bodiesOf(more), "queue %s read another queue's entries", name)
+	}
+
+	require.NoError(t, a.Ack(ctx, streamName, "g", idsOf(gotA)...))
+	require.NoError(t, a.Trim(ctx, streamName))
+	late := readAll(t, b, streamName, "late", "c", 1)
+	assert.Equal(t, []string{"b-0"}, bodiesOf(late), "trimming one queue removed another's entry")
+}
+
+// testNothingLostAcrossRestart reads part of a stream, acknowledges part
+// of that, and leaves the queue as a crashed process would; the queue
+// reopened reads the unread entries and gets back the unacknowledged one.
+func (s suite) testNothingLostAcrossRestart(t *testing.T) {
+	if s.f.Reopen == nil {
+		t.Skip("the queue lives in its process only (Features.Reopen)")
+	}
+	q, ctx := s.newQueue(t), ctxFor(t)
+	all := bodiesN("restart-", 5)
+	require.NoError(t, q.Publish(ctx, streamName, Entries(all...)...))
+	read, err := q.Read(ctx, streamName, "g", "before", 2, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, all[:2], bodiesOf(read))
+	require.NoError(t, q.Ack(ctx, streamName, "g", read[0].ID))
+
+	again := s.f.Reopen(t, q)
+	rest := readAll(t, again, streamName, "g", "after", 3)
+	assert.Equal(t, all[2:], bodiesOf(rest), "the entries nobody read yet")
+	require.NoError(t, again.Ack(ctx, streamName, "g", idsOf(rest)...))
+
+	back := s.reclaimUntil(t, again, "g", "after", s.idleFor(t, again), 10, []string{read[1].ID})
+	assert.Equal(t, []string{all[1]}, compactSet(bodiesOf(back)), "the entry read and not acknowledged comes back, alone")
 }
 
 func (s suite) testPing(t *testing.T) {
