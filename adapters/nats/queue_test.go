@@ -134,3 +134,58 @@ func TestQueueRecreatesDeletedStreams(t *testing.T) {
 	}
 	require.Equal(t, []string{"after"}, got)
 }
+
+// TestQueuePartitionsByKey checks the subjects entries land on: one per
+// partition, "<prefix>.<stream>.<partition>", every entry of a key on one.
+func TestQueuePartitionsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nats.QueueOptions{Partitions: 4})
+	var entries []ports.Entry
+	for i := range 64 {
+		entries = append(entries, ports.Entry{Key: "sub_" + strconv.Itoa(i%16), Body: strconv.Itoa(i)})
+	}
+	require.NoError(t, q.Publish(ctx, ports.DeliveryStream, entries...))
+
+	js, err := jetstream.New(connect(t))
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, q.StreamName(ports.DeliveryStream))
+	require.NoError(t, err)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	want := map[string]uint64{}
+	for p := range 4 {
+		want[q.Prefix()+".deliveries."+strconv.Itoa(p)] = 0
+	}
+	for subject, n := range info.State.Subjects {
+		_, ok := want[subject]
+		require.True(t, ok, "entries on subject %s, want one of %v", subject, want)
+		want[subject] = n
+		require.Zero(t, n%4, "subject %s holds %d entries: a key's 4 entries were split", subject, n)
+	}
+	for subject, n := range want {
+		require.NotZero(t, n, "16 keys left partition %s empty", subject)
+	}
+}
+
+func TestQueueOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts nats.QueueOptions
+		want string
+	}{
+		{nats.QueueOptions{}, ""},
+		{nats.QueueOptions{Prefix: "team_a-1", Partitions: 1024, AckWait: time.Second}, ""},
+		{nats.QueueOptions{Prefix: "team.a"}, `prefix must be letters, digits, '-' and '_' (a JetStream stream name and subject token), got "team.a"`},
+		{nats.QueueOptions{Prefix: "a>"}, `got "a>"`},
+		{nats.QueueOptions{Partitions: -1}, "partitions must be >= 1 (0 means 16), got -1"},
+		{nats.QueueOptions{AckWait: -time.Second}, "ack wait must be > 0 (0 means 30s), got -1s"},
+	} {
+		err := tc.opts.Validate()
+		if tc.want == "" {
+			require.NoError(t, err, "%+v", tc.opts)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want, "%+v", tc.opts)
+	}
+}
