@@ -87,7 +87,7 @@ func (o QueueOptions) Validate() error {
 // start, and only Trim removes entries, below the lowest ack floor of the
 // stream's consumers, so nothing a group has not finished goes. Trim purges
 // without a subject filter, and consumers carry one, because NATS server
-// 2.9 drops the pending entries of every consumer on a purge filtered by
+// 2.9 (2.9.10 tested) drops the pending entries of every consumer on a purge filtered by
 // subject, and of unfiltered consumers on any purge (TrimKeepsPending of
 // the contract suite catches it). A JetStream stream per queue stream,
 // rather than one per deployment, is what makes an unfiltered purge exact:
@@ -104,9 +104,12 @@ func (o QueueOptions) Validate() error {
 // by then, so its holder claims the delivery. Ack acknowledges entries this
 // Queue read (it keeps their acknowledgement subjects): an id it never read,
 // or one of another process, is ignored, and the entry comes back after
-// AckWait. Entries a cancelled Read received are handed back at once (Nak).
-// An entry that cannot be read as one (no JetStream metadata) is terminated
-// (Term), so it never comes back.
+// AckWait. Entries that reach a Read after its ctx ended are handed back
+// at once (Nak); those that reach it after it stopped listening come back
+// after AckWait. An entry deleted from the stream while pending is skipped
+// by redelivery, as the port asks of trimmed entries. An entry that cannot
+// be read as one (no JetStream metadata) is terminated (Term), so it never
+// comes back to block its group.
 //
 // Safe for concurrent use.
 type Queue struct {
