@@ -56,7 +56,10 @@ type Queue interface {
 	// for group that have been idle for at least minIdle (their consumer
 	// died or hung), and returns them. A reclaimed entry stays pending until
 	// acknowledged. An entry whose data was trimmed away is acknowledged and
-	// not returned.
+	// not returned. A queue whose broker itself hands such entries to the
+	// next Read of their group (NATS JetStream, after its AckWait) returns
+	// none, so the scheduler, which appends again what Reclaim returns, does
+	// not double them (queuetest.Features.RedeliverAfter).
 	Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]Message, error)
 	// Trim removes the oldest entries of stream, up to the first one that
 	// some consumer group has not yet received and acknowledged, so a stream
