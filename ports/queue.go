@@ -43,8 +43,10 @@ type Queue interface {
 	// returns once the queue has accepted all of them. On error some may
 	// have been appended.
 	Publish(ctx context.Context, stream string, entries ...Entry) error
-	// Read returns up to count entries of stream never delivered to group,
-	// creating the group (reading from the stream's start) if needed. It
+	// Read returns up to count entries of stream never delivered to group
+	// (and, on a queue that redelivers by itself, entries idle past its
+	// visibility timeout: see Reclaim), creating the group (reading from
+	// the stream's start) if needed. It
 	// waits up to block for at least one entry (block <= 0 does not wait,
 	// unlike Redis's BLOCK 0) and returns an empty slice if none came; it
 	// returns early with ctx's error when ctx ends.
