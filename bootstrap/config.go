@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/httpapi"
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/application"
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -63,6 +64,8 @@ const (
 const (
 	// QueueRedis is Redis Streams, the default.
 	QueueRedis = "redis"
+	// QueueNATS is NATS JetStream, at NATS_URL.
+	QueueNATS = "nats"
 	// QueueKafka is Apache Kafka at KafkaBrokers.
 	QueueKafka = "kafka"
 )
@@ -71,7 +74,7 @@ const (
 var kafkaName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // queues are the values DISPATCH_QUEUE takes.
-var queues = []string{QueueRedis, QueueKafka}
+var queues = []string{QueueRedis, QueueNATS, QueueKafka}
 
 // Config is every setting of every role. Each field is a flag and a
 // DISPATCH_* environment variable (DATABASE_URL and REDIS_URL keep their
@@ -304,6 +307,12 @@ func (c *Config) Validate() error {
 			check(err == nil && port != "", "kafka-brokers must be host:port, got %q", b)
 		}
 		check(kafkaName.MatchString(c.QueuePrefix), "queue-prefix must be letters, digits, '.', '_' and '-' for the kafka queue, got %q", c.QueuePrefix)
+	}
+	if c.Queue == QueueNATS {
+		check(c.NATSURL != "", "nats-url must be set for the nats queue")
+		if err := (nats.QueueOptions{Prefix: c.QueuePrefix}).Validate(); err != nil && c.QueuePrefix != "" {
+			errs = append(errs, fmt.Errorf("queue-prefix: %w", err))
+		}
 	}
 	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)

@@ -173,9 +173,10 @@ func TestQueueConfig(t *testing.T) {
 	t.Run("queue", func(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE", func(c bootstrap.Config) string { return c.Queue }, []settingCase[string]{
 			{"redis", nil, "redis"},
+			{"nats", nil, "nats"},
 			{"kafka", nil, "kafka"},
 		}, map[string]string{
-			"rabbitmq": `queue must be one of redis`,
+			"rabbitmq": `queue must be one of redis, nats, kafka`,
 			"":         `got ""`,
 		})
 	})
@@ -193,6 +194,13 @@ func TestQueueConfig(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE_PREFIX", func(c bootstrap.Config) string { return c.QueuePrefix }, []settingCase[string]{
 			{"staging", nil, "staging"},
 		}, map[string]string{"": "queue-prefix must be set"})
+		// NATS takes the prefix as a stream name and subject token.
+		if _, err := parseConfig(t, "DISPATCH_QUEUE_PREFIX", "team.a", "--queue", "nats"); err == nil || !strings.Contains(err.Error(), `queue-prefix: nats queue: prefix must be letters, digits, '-' and '_'`) {
+			t.Errorf(`nats queue with prefix "team.a": error %v, want one naming queue-prefix`, err)
+		}
+		if _, err := parseConfig(t, "DISPATCH_QUEUE_PREFIX", "team_a-1", "--queue", "nats"); err != nil {
+			t.Errorf(`nats queue with prefix "team_a-1": %v`, err)
+		}
 	})
 	t.Run("kafka settings", func(t *testing.T) {
 		for brokers, want := range map[string]string{

@@ -30,6 +30,7 @@ import (
 	"github.com/dispatch-webhooks/dispatch/adapters/keyring"
 	"github.com/dispatch-webhooks/dispatch/adapters/memory"
 	"github.com/dispatch-webhooks/dispatch/adapters/metrics"
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres"
 	"github.com/dispatch-webhooks/dispatch/adapters/redis"
 	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
@@ -151,6 +152,8 @@ func newChosenQueue(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config)
 	switch cfg.Queue {
 	case QueueRedis:
 		return newQueue(client, cfg)
+	case QueueNATS:
+		return newNATSQueue(lc, cfg)
 	case QueueKafka:
 		return newKafkaQueue(lc, cfg)
 	}
@@ -172,6 +175,26 @@ func newKafkaQueue(lc fx.Lifecycle, cfg Config) (ports.Queue, error) {
 		return nil, err
 	}
 	lc.Append(fx.StopHook(q.Close))
+	return q, nil
+}
+
+// newNATSQueue is the JetStream queue at cfg.NATSURL; its connection closes
+// when the app stops, after the consumers using it.
+func newNATSQueue(lc fx.Lifecycle, cfg Config) (ports.Queue, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(ctx, cfg.NATSURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(cfg.NATSURL), err)
+	}
+	lc.Append(fx.StopHook(nc.Close))
+	q, err := nats.NewQueue(nc, nats.QueueOptions{
+		Prefix: cfg.QueuePrefix, Partitions: cfg.QueuePartitions, AckWait: cfg.VisibilityTimeout,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	return q, nil
 }
 

@@ -2,13 +2,16 @@ package bootstrap_test
 
 import (
 	"cmp"
+	"context"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/kafka/kafkatest"
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
@@ -24,6 +27,32 @@ func testQueue(t *testing.T, cfg *bootstrap.Config) {
 		// per test binary, which dispatch subprocesses reach through
 		// queueEnv.
 		cfg.KafkaBrokers = kafkatest.Brokers(t)
+	}
+	if cfg.Queue == bootstrap.QueueNATS {
+		cfg.NATSURL = cmp.Or(os.Getenv("NATS_URL"), cfg.NATSURL)
+		// The prefix is the same on every run: start from no stream, and
+		// leave none behind.
+		deleteNATSStreams(t, *cfg)
+		t.Cleanup(func() { deleteNATSStreams(t, *cfg) })
+	}
+}
+
+// deleteNATSStreams deletes the JetStream streams of cfg's queue prefix.
+func deleteNATSStreams(t *testing.T, cfg bootstrap.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(ctx, cfg.NATSURL)
+	if err != nil {
+		t.Fatalf("NATS at %s: %v", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	q, err := nats.NewQueue(nc, nats.QueueOptions{Prefix: cfg.QueuePrefix})
+	if err == nil {
+		err = q.DeleteStreams(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -43,8 +43,10 @@ type Queue interface {
 	// returns once the queue has accepted all of them. On error some may
 	// have been appended.
 	Publish(ctx context.Context, stream string, entries ...Entry) error
-	// Read returns up to count entries of stream never delivered to group,
-	// creating the group (reading from the stream's start) if needed. It
+	// Read returns up to count entries of stream never delivered to group
+	// (and, on a queue that redelivers by itself, entries idle past its
+	// visibility timeout: see Reclaim), creating the group (reading from
+	// the stream's start) if needed. It
 	// waits up to block for at least one entry (block <= 0 does not wait,
 	// unlike Redis's BLOCK 0) and returns an empty slice if none came; it
 	// returns early with ctx's error when ctx ends.
@@ -56,7 +58,10 @@ type Queue interface {
 	// for group that have been idle for at least minIdle (their consumer
 	// died or hung), and returns them. A reclaimed entry stays pending until
 	// acknowledged. An entry whose data was trimmed away is acknowledged and
-	// not returned.
+	// not returned. A queue whose broker itself hands such entries to the
+	// next Read of their group (NATS JetStream, after its AckWait) returns
+	// none, so the scheduler, which appends again what Reclaim returns, does
+	// not double them (queuetest.Features.RedeliverAfter).
 	Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]Message, error)
 	// Trim removes the oldest entries of stream, up to the first one that
 	// some consumer group has not yet received and acknowledged, so a stream
