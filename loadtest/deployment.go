@@ -29,6 +29,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
 
+	"github.com/dispatch-webhooks/dispatch/adapters/nats"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
@@ -65,6 +66,9 @@ type deployment struct {
 	// roles are the api and scheduler processes of a run with
 	// Config.Processes, in start order.
 	roles []*workerProcess
+	// queue is the run's queue settings, for deleting what it left on a
+	// broker.
+	queue bootstrap.Config
 	// selfPeakNote qualifies this process's peak RSS when it could not be
 	// started over for this deployment (see startPeakOver).
 	selfPeakNote string
@@ -116,6 +120,7 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	dc.QueuePrefix = "loadtest_" + suffix
 	dc.NATSURL = cfg.NATSURL
 	dc.KafkaBrokers = strings.Split(cfg.KafkaBrokers, ",")
+	d.queue = dc
 
 	// `dispatch migrate`, then the roles.
 	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
@@ -368,6 +373,9 @@ func (d *deployment) stop(ctx context.Context) error {
 	if d.admin != nil {
 		_ = d.admin.Close(ctx)
 	}
+	if d.queue.Queue == bootstrap.QueueNATS {
+		errs = append(errs, deleteNATSStreams(ctx, d.queue))
+	}
 	if d.redis != nil {
 		if d.prefix != "" {
 			errs = append(errs, deleteKeys(ctx, d.redis, d.prefix))
@@ -597,4 +605,23 @@ func (g cpuGroups) union(other cpuGroups) cpuGroups {
 		tool: merge(g.tool, other.tool), workers: merge(g.workers, other.workers), roles: merge(g.roles, other.roles),
 		postgres: merge(g.postgres, other.postgres), redis: merge(g.redis, other.redis),
 	}
+}
+
+// deleteNATSStreams deletes the JetStream streams a run on NATS made.
+// Kafka's topics stay (a test cluster in memory, or the brokers'
+// retention); Redis keys go by prefix (deleteKeys).
+func deleteNATSStreams(ctx context.Context, cfg bootstrap.Config) error {
+	nc, err := nats.Connect(ctx, cfg.NATSURL)
+	if err != nil {
+		return fmt.Errorf("delete the run's NATS streams: %w", err)
+	}
+	defer nc.Close()
+	q, err := nats.NewQueue(nc, nats.QueueOptions{Prefix: cfg.QueuePrefix})
+	if err == nil {
+		err = q.DeleteStreams(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("delete the run's NATS streams: %w", err)
+	}
+	return nil
 }
