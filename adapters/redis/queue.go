@@ -721,7 +721,7 @@ func toMessages(n int, streams []goredis.XStream) []ports.Message {
 type claimedEntry struct {
 	msg      ports.Message
 	streamID string // the entry's id in its stream
-	trimmed  bool // Redis 6.2: the entry is pending but its data is gone
+	trimmed  bool   // Redis 6.2: the entry is pending but its data is gone
 }
 
 // parseAutoclaim reads a raw XAUTOCLAIM reply: [next-cursor, [[id, [field,
