@@ -290,6 +290,9 @@ func (c *Config) Validate() error {
 	check(slices.Contains(queues, c.Queue), "queue must be one of %s, got %q", strings.Join(queues, ", "), c.Queue)
 	check(c.QueuePartitions >= 1 && c.QueuePartitions <= MaxQueuePartitions, "queue-partitions must be 1..%d, got %d", MaxQueuePartitions, c.QueuePartitions)
 	check(c.QueuePrefix != "", "queue-prefix must be set")
+	// Braces would break the Redis hash tags the prefixes come before or in.
+	check(!strings.ContainsAny(c.QueuePrefix, "{}"), "queue-prefix must not contain '{' or '}', got %q", c.QueuePrefix)
+	check(!strings.ContainsAny(c.RedisKeyPrefix, "{}"), "redis-key-prefix must not contain '{' or '}', got %q", c.RedisKeyPrefix)
 	check(c.SchedulerPollInterval >= time.Millisecond, "scheduler-poll-interval must be at least 1ms, got %s", c.SchedulerPollInterval)
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)

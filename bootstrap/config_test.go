@@ -191,7 +191,7 @@ func TestQueueConfig(t *testing.T) {
 	t.Run("prefix", func(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE_PREFIX", func(c bootstrap.Config) string { return c.QueuePrefix }, []settingCase[string]{
 			{"staging", nil, "staging"},
-		}, map[string]string{"": "queue-prefix must be set"})
+		}, map[string]string{"": "queue-prefix must be set", "a{b}": "queue-prefix must not contain '{' or '}'"})
 	})
 	t.Run("kafka", func(t *testing.T) {
 		testSetting(t, "KAFKA_BROKERS", func(c bootstrap.Config) string { return strings.Join(c.KafkaBrokers, ",") }, []settingCase[string]{
