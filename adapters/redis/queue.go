@@ -3,6 +3,7 @@ package redis
 import (
 	"cmp"
 	"context"
+	_ "embed" // queue_read.lua
 	"errors"
 	"fmt"
 	"math"
@@ -282,11 +283,17 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 // and is asked again for what is still missing, so a batch is never larger
 // than count and a full partition is not starved by empty ones. The walk
 // starts at a rotating partition.
+//
+// On one Redis it is instead one script (queue_read.lua) that reads the
+// partitions in turn, each for what is still missing: one round trip.
 func (q *Queue) sweep(ctx context.Context, keys []string, group, consumer string, count int) ([]ports.Message, error) {
 	start := q.rotation()
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = (start + i) % len(keys)
+	}
+	if !q.cluster {
+		return q.sweepScript(ctx, keys, order, group, consumer, count)
 	}
 	empty := make([]bool, len(keys))
 	created := make([]bool, len(keys))
@@ -382,6 +389,57 @@ func (q *Queue) sweep(ctx context.Context, keys []string, group, consumer string
 			return nil, err
 		}
 	}
+}
+
+//go:embed queue_read.lua
+var queueReadLua string
+
+var queueRead = goredis.NewScript(queueReadLua)
+
+// sweepScript is sweep on one Redis: queue_read.lua on the partitions at
+// keys, in order.
+func (q *Queue) sweepScript(ctx context.Context, keys []string, order []int, group, consumer string, count int) ([]ports.Message, error) {
+	ordered := make([]string, len(order))
+	for i, n := range order {
+		ordered[i] = keys[n]
+	}
+	reply, err := queueRead.Run(ctx, q.client, ordered, group, consumer, count).Slice()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, fmt.Errorf("redis queue: read as %s/%s: %w", group, consumer, interpretError(err))
+	}
+	msgs := []ports.Message{}
+	for _, r := range reply {
+		pair, ok := r.([]any)
+		if !ok || len(pair) < 2 {
+			continue
+		}
+		i, ok := pair[0].(int64)
+		if !ok || i < 0 || int(i) >= len(order) {
+			continue
+		}
+		n := order[i]
+		entries, _ := pair[1].([]any)
+		for _, e := range entries {
+			entry, ok := e.([]any)
+			if !ok || len(entry) < 1 {
+				continue
+			}
+			id, ok := entry[0].(string)
+			if !ok {
+				continue
+			}
+			var fields any
+			if len(entry) > 1 {
+				fields = entry[1]
+			}
+			key, body, _ := entryFields(fields)
+			msgs = append(msgs, ports.Message{ID: messageID(n, id), Key: key, Body: body})
+		}
+	}
+	return msgs, nil
 }
 
 // blockRead waits up to slice for new entries and returns at most count of
