@@ -123,7 +123,7 @@ func NodeClient(t testing.TB, addr string) *goredis.Client {
 // waitFor polls ready on a client of addr for up to 10 seconds.
 func waitFor(ctx context.Context, addr string, ready func(*goredis.Client) (bool, error)) error {
 	client := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ok, err := ready(client)
