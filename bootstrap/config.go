@@ -300,6 +300,9 @@ func (c *Config) Validate() error {
 	check(slices.Contains(queues, c.Queue), "queue must be one of %s, got %q", strings.Join(queues, ", "), c.Queue)
 	check(c.QueuePartitions >= 1 && c.QueuePartitions <= MaxQueuePartitions, "queue-partitions must be 1..%d, got %d", MaxQueuePartitions, c.QueuePartitions)
 	check(c.QueuePrefix != "", "queue-prefix must be set")
+	// Braces would break the Redis hash tags the prefixes come before or in.
+	check(!strings.ContainsAny(c.QueuePrefix, "{}"), "queue-prefix must not contain '{' or '}', got %q", c.QueuePrefix)
+	check(!strings.ContainsAny(c.RedisKeyPrefix, "{}"), "redis-key-prefix must not contain '{' or '}', got %q", c.RedisKeyPrefix)
 	if c.Queue == QueueKafka {
 		check(len(c.KafkaBrokers) > 0, "kafka-brokers must be set for the kafka queue")
 		for _, b := range c.KafkaBrokers {

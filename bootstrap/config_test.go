@@ -193,7 +193,7 @@ func TestQueueConfig(t *testing.T) {
 	t.Run("prefix", func(t *testing.T) {
 		testSetting(t, "DISPATCH_QUEUE_PREFIX", func(c bootstrap.Config) string { return c.QueuePrefix }, []settingCase[string]{
 			{"staging", nil, "staging"},
-		}, map[string]string{"": "queue-prefix must be set"})
+		}, map[string]string{"": "queue-prefix must be set", "a{b}": "queue-prefix must not contain '{' or '}'"})
 		// NATS takes the prefix as a stream name and subject token.
 		if _, err := parseConfig(t, "DISPATCH_QUEUE_PREFIX", "team.a", "--queue", "nats"); err == nil || !strings.Contains(err.Error(), `queue-prefix: nats queue: prefix must be letters, digits, '-' and '_'`) {
 			t.Errorf(`nats queue with prefix "team.a": error %v, want one naming queue-prefix`, err)

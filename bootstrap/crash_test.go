@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,9 +65,11 @@ var (
 	binaryErr  error
 )
 
-// TestMain removes the binary dispatchBinary built, if it built one.
+// TestMain removes the binary dispatchBinary built, if it built one, and
+// stops the Redis Cluster the cluster tests share.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	redistest.StopSharedCluster()
 	if binaryPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binaryPath))
 	}
@@ -107,6 +110,7 @@ func (c *cluster) startProcess(role bootstrap.Role) *exec.Cmd {
 		"DATABASE_URL="+c.cfg.DatabaseURL,
 		"REDIS_URL="+c.cfg.RedisURL,
 		"DISPATCH_REDIS_KEY_PREFIX="+c.cfg.RedisKeyPrefix,
+		"DISPATCH_REDIS_CLUSTER="+strconv.FormatBool(c.cfg.RedisCluster),
 		"DISPATCH_ALLOW_PRIVATE_TARGETS=true",
 		"DISPATCH_VISIBILITY_TIMEOUT="+c.cfg.VisibilityTimeout.String(),
 		"DISPATCH_WORKER_CONCURRENCY="+fmt.Sprint(c.cfg.WorkerConcurrency),

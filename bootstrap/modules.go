@@ -123,7 +123,11 @@ var redisModule = fx.Module("redis",
 func newRedisClient(lc fx.Lifecycle, cfg Config) (goredis.UniversalClient, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := redis.Connect(ctx, cfg.RedisURL)
+	connect := redis.Connect
+	if cfg.RedisCluster {
+		connect = redis.ConnectCluster
+	}
+	client, err := connect(ctx, cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Redis at %s: %w", redactURL(cfg.RedisURL), err)
 	}
@@ -160,10 +164,13 @@ func newChosenQueue(lc fx.Lifecycle, client goredis.UniversalClient, cfg Config)
 	return nil, fmt.Errorf("unknown queue %q (want one of %s)", cfg.Queue, strings.Join(queues, ", "))
 }
 
-// newQueue is the Redis Streams queue on client.
+// newQueue is the Redis Streams queue on client: cfg.QueuePartitions
+// streams per queue stream, named after cfg.QueuePrefix.
 func newQueue(client goredis.UniversalClient, cfg Config) (ports.Queue, error) {
 	opts := redis.DefaultQueueOptions()
 	opts.Prefix = cfg.RedisKeyPrefix
+	opts.Name = cfg.QueuePrefix
+	opts.Partitions = cfg.QueuePartitions
 	return redis.NewQueue(client, opts)
 }
 

@@ -29,6 +29,26 @@ func Connect(ctx context.Context, rawURL string) (goredis.UniversalClient, error
 	return client, nil
 }
 
+// ConnectCluster opens a Redis Cluster client for rawURL, go-redis's
+// cluster URL (redis://h1:p1?addr=h2:p2&addr=h3:p3; the other nodes are
+// found from these), and pings every master, so a wrong address fails at
+// start-up. The caller closes the client.
+func ConnectCluster(ctx context.Context, rawURL string) (goredis.UniversalClient, error) {
+	opts, err := goredis.ParseClusterURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis: parse cluster REDIS_URL %s: %v", redactURL(rawURL), err)
+	}
+	client := goredis.NewClusterClient(opts)
+	err = client.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+		return node.Ping(ctx).Err()
+	})
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("redis: ping cluster %s: %w", redactURL(rawURL), interpretError(err))
+	}
+	return client, nil
+}
+
 // redactURL hides a password so connection errors can be logged safely.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)

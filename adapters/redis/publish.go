@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -18,58 +19,89 @@ const (
 	maxPublishEntries = 1024
 )
 
-// publisher returns the group commit of Publish calls to the stream at key.
-func (q *Queue) publisher(key string) *batch.Batcher[[]ports.Entry] {
-	if b, ok := q.publishers.Load(key); ok {
+// publisher returns the group commit of Publish calls to stream.
+func (q *Queue) publisher(stream string) *batch.Batcher[[]ports.Entry] {
+	if b, ok := q.publishers.Load(stream); ok {
 		return b.(*batch.Batcher[[]ports.Entry])
 	}
 	b := batch.New(func(ctx context.Context, calls [][]ports.Entry, errs []error) {
-		q.publishBatch(ctx, key, calls, errs)
+		q.publishBatch(ctx, stream, calls, errs)
 	}, batch.Limits[[]ports.Entry]{
 		MaxItems:  maxPublishCalls,
 		MaxWeight: maxPublishEntries,
 		Weigh:     func(entries []ports.Entry) int { return len(entries) },
 	})
-	actual, _ := q.publishers.LoadOrStore(key, b)
+	actual, _ := q.publishers.LoadOrStore(stream, b)
 	return actual.(*batch.Batcher[[]ports.Entry])
 }
 
+// xadd is one XADD of a batch: which call it belongs to, and its entry.
+type xadd struct {
+	call  int
+	entry ports.Entry
+	cmd   *goredis.StringCmd
+}
+
 // publishBatch is the batch.WriteFunc of Publish: the entries of every
-// call, in call order, as XADDs to key in one pipeline. Each XADD has its
-// own reply, so a call fails only if one of its own entries was not
-// appended; a broken connection fails every call.
+// call, in call order, as XADDs to the partitions of their keys. Each XADD
+// has its own reply, so a call fails only if one of its own entries was
+// not appended; a broken connection fails every call.
 //
-// The pipeline is a transaction (MULTI … EXEC), so that readers blocked on
-// the stream see the batch whole. Redis serves blocked readers after each
-// command it runs; a plain pipeline's first XADD would wake one reader
-// with one entry, the second the next reader with the next, and so on, so
-// that with several consumers, or one that has just caught up, a batch of
-// entries was read in reads of one, each then claimed, admitted and
-// recorded in a batch of its own. After EXEC the first blocked reader
-// takes the whole batch in one read.
-func (q *Queue) publishBatch(ctx context.Context, key string, calls [][]ports.Entry, errs []error) {
+// The XADDs to a partition are a transaction (MULTI … EXEC), so that
+// readers blocked on it see the batch whole. Redis serves blocked readers
+// after each command it runs; a plain pipeline's first XADD would wake one
+// reader with one entry, the second the next reader with the next, and so
+// on, so that with several consumers, or one that has just caught up, a
+// batch of entries was read in reads of one, each then claimed, admitted
+// and recorded in a batch of its own. After EXEC the first blocked reader
+// takes the whole batch in one read. On one Redis the whole batch is one
+// transaction, one round trip; on Redis Cluster a transaction cannot span
+// slots, so each partition has its own, all sent at once.
+func (q *Queue) publishBatch(ctx context.Context, stream string, calls [][]ports.Entry, errs []error) {
 	if len(calls) == 1 && len(calls[0]) == 1 {
-		errs[0] = interpretError(q.client.XAdd(ctx, q.xaddArgs(key, calls[0][0])).Err())
+		e := calls[0][0]
+		errs[0] = interpretError(q.client.XAdd(ctx, q.xaddArgs(q.partitionKey(stream, q.partitionOf(e.Key)), e)).Err())
 		return
 	}
-	cmds := make([][]*goredis.StringCmd, len(calls))
+	byPartition := make(map[int][]xadd)
+	for i, entries := range calls {
+		for _, e := range entries {
+			n := q.partitionOf(e.Key)
+			byPartition[n] = append(byPartition[n], xadd{call: i, entry: e})
+		}
+	}
+	queue := func(p goredis.Pipeliner, n int, adds []xadd) {
+		key := q.partitionKey(stream, n)
+		for i := range adds {
+			adds[i].cmd = p.XAdd(ctx, q.xaddArgs(key, adds[i].entry))
+		}
+	}
 	// TxPipelined's own error is the first command's failure; each command
 	// carries its own, read below (EXEC runs every queued command, whatever
 	// one of them replies).
-	_, _ = q.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, entries := range calls {
-			cmds[i] = make([]*goredis.StringCmd, len(entries))
-			for j, e := range entries {
-				cmds[i][j] = p.XAdd(ctx, q.xaddArgs(key, e))
+	if !q.cluster || len(byPartition) == 1 {
+		_, _ = q.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			for n, adds := range byPartition {
+				queue(p, n, adds)
 			}
+			return nil
+		})
+	} else {
+		var wg sync.WaitGroup
+		for n, adds := range byPartition {
+			wg.Go(func() {
+				_, _ = q.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+					queue(p, n, adds)
+					return nil
+				})
+			})
 		}
-		return nil
-	})
-	for i, callCmds := range cmds {
-		for _, cmd := range callCmds {
-			if err := cmd.Err(); err != nil {
-				errs[i] = interpretError(err)
-				break
+		wg.Wait()
+	}
+	for _, adds := range byPartition {
+		for _, a := range adds {
+			if err := a.cmd.Err(); err != nil && errs[a.call] == nil {
+				errs[a.call] = interpretError(err)
 			}
 		}
 	}

@@ -127,7 +127,7 @@ func publishAsync(ctx context.Context, q *Queue, bodies ...string) <-chan error 
 // this order behind the stuck round trip.
 func lineUp(t *testing.T, ctx context.Context, q *Queue, calls ...[]string) []<-chan error {
 	t.Helper()
-	b := q.publisher(q.key(ports.EventStream))
+	b := q.publisher(ports.EventStream)
 	outs := make([]<-chan error, len(calls))
 	for i, bodies := range calls {
 		before := b.Waiting()
@@ -196,7 +196,7 @@ func TestFailedPipelineFailsEveryCallInIt(t *testing.T) {
 	outs := lineUp(t, t.Context(), q, []string{"a"}, []string{"b1", "b2"}, []string{"c"})
 	// While the round trips wait, the stream's key becomes a string: every
 	// XADD fails with WRONGTYPE.
-	require.NoError(t, q.client.Set(t.Context(), q.key(ports.EventStream), "not a stream", 0).Err())
+	require.NoError(t, q.client.Set(t.Context(), q.keylessKey(ports.EventStream), "not a stream", 0).Err())
 	g.release()
 	for i, out := range append([]<-chan error{first}, outs...) {
 		err := receiveErr(t, out, fmt.Sprintf("call %d", i))

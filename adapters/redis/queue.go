@@ -3,6 +3,7 @@ package redis
 import (
 	"cmp"
 	"context"
+	_ "embed" // queue_read.lua
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,6 +23,13 @@ import (
 const (
 	// DefaultPrefix starts every key the queue writes.
 	DefaultPrefix = "dispatch:"
+	// DefaultName is the queue name inside every stream's hash tag.
+	DefaultName = "dispatch"
+	// DefaultPartitions is how many streams each queue stream is split into.
+	DefaultPartitions = 16
+	// MaxPartitions bounds Partitions: each one is a stream every Read,
+	// Reclaim, Trim and Lag visits.
+	MaxPartitions = 1024
 	// DefaultBlockSlice is the longest single XREADGROUP BLOCK; see
 	// QueueOptions.BlockSlice.
 	DefaultBlockSlice = 100 * time.Millisecond
@@ -33,8 +42,9 @@ const (
 	keyField  = "k"
 )
 
-// reclaimPages bounds how many XAUTOCLAIM calls one Reclaim makes, so a huge
-// pending list is walked over several Reclaim calls instead of one slow one.
+// reclaimPages bounds how many XAUTOCLAIM calls one Reclaim makes in one
+// partition, so a huge pending list is walked over several Reclaim calls
+// instead of one slow one.
 const reclaimPages = 8
 
 // defaultReclaimCount is XAUTOCLAIM's own default COUNT, used when the caller
@@ -42,43 +52,66 @@ const reclaimPages = 8
 const defaultReclaimCount = 100
 
 // QueueOptions configures a Queue. The zero value is valid and means the
-// same as DefaultQueueOptions: default prefix, no MAXLEN cap, default block
-// slice.
+// same as DefaultQueueOptions: default prefix, name and partitions, no
+// MAXLEN cap, default block slice.
 type QueueOptions struct {
 	// Prefix starts every key, so several deployments (or tests) can share
 	// one Redis. "" means DefaultPrefix. It must not contain '{' or '}',
 	// which would break the hash tag that follows it.
 	Prefix string
-	// MaxLen, when above 0, caps each stream at about this many entries on
-	// every XADD (MAXLEN ~, which Redis applies cheaply, whole macro-nodes
-	// at a time). Streams are kept short by Trim, which removes only what
-	// every consumer group has acknowledged; MaxLen is an opt-in hard cap on
-	// Redis memory for when consumers fall far behind. Unlike Trim it drops
-	// the oldest entries whether or not a group has read or acknowledged
-	// them, so once the backlog exceeds MaxLen it drops unprocessed work.
-	// PostgreSQL holds the state of every event and delivery, and the
-	// scheduler's outbox sweep re-enqueues what a stream lost, so a cap
-	// costs latency, not data. 0, the default, leaves MAXLEN out.
+	// Name starts every stream's hash tag: partition n of stream s is the
+	// key <Prefix>{<Name>:<s>:<n>}. "" means DefaultName. It must not
+	// contain '{' or '}'.
+	Name string
+	// Partitions is how many streams each queue stream is split into. An
+	// entry goes to the partition its key hashes to, so the entries of one
+	// key keep their order; each partition is a key of its own hash tag,
+	// so on Redis Cluster the partitions spread over the shards. 0 means
+	// DefaultPartitions. Changing it needs no migration: entries left in
+	// partitions no longer read are recovered from PostgreSQL by the
+	// scheduler's scans.
+	Partitions int
+	// MaxLen, when above 0, caps each partition at about this many entries
+	// on every XADD (MAXLEN ~, which Redis applies cheaply, whole
+	// macro-nodes at a time). Streams are kept short by Trim, which removes
+	// only what every consumer group has acknowledged; MaxLen is an opt-in
+	// hard cap on Redis memory for when consumers fall far behind. Unlike
+	// Trim it drops the oldest entries whether or not a group has read or
+	// acknowledged them, so once the backlog exceeds MaxLen it drops
+	// unprocessed work. PostgreSQL holds the state of every event and
+	// delivery, and the scheduler's outbox sweep re-enqueues what a stream
+	// lost, so a cap costs latency, not data. 0, the default, leaves MAXLEN
+	// out.
 	MaxLen int64
 	// BlockSlice is the longest single server-side BLOCK of a Read; a longer
 	// block is waited out in slices. go-redis does not interrupt a blocked
 	// command when its context is cancelled, so this bounds how long a
 	// cancelled Read keeps waiting (graceful shutdown). Each slice that
-	// times out costs an idle consumer one cheap round trip. 0 means
+	// times out costs an idle consumer one cheap round trip. On Redis
+	// Cluster a blocked read waits on one partition (a command cannot span
+	// slots) and the others are looked at between slices, so it also
+	// bounds how long an entry there can wait for an idle consumer. 0 means
 	// DefaultBlockSlice.
 	BlockSlice time.Duration
 }
 
 // DefaultQueueOptions returns the production defaults: DefaultPrefix,
-// DefaultBlockSlice, and no MAXLEN cap (streams are kept short by Trim).
+// DefaultName, DefaultPartitions, DefaultBlockSlice, and no MAXLEN cap
+// (streams are kept short by Trim).
 func DefaultQueueOptions() QueueOptions {
-	return QueueOptions{Prefix: DefaultPrefix, BlockSlice: DefaultBlockSlice}
+	return QueueOptions{Prefix: DefaultPrefix, Name: DefaultName, Partitions: DefaultPartitions, BlockSlice: DefaultBlockSlice}
 }
 
 // Validate reports the first invalid option.
 func (o QueueOptions) Validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return fmt.Errorf("redis queue: prefix must not contain '{' or '}', got %q", o.Prefix)
+	}
+	if strings.ContainsAny(o.Name, "{}") {
+		return fmt.Errorf("redis queue: name must not contain '{' or '}', got %q", o.Name)
+	}
+	if o.Partitions < 0 || o.Partitions > MaxPartitions {
+		return fmt.Errorf("redis queue: partitions must be 1..%d (0 for %d), got %d", MaxPartitions, DefaultPartitions, o.Partitions)
 	}
 	if o.MaxLen < 0 {
 		return fmt.Errorf("redis queue: max length must be >= 0 (0 leaves MAXLEN out), got %d", o.MaxLen)
@@ -89,30 +122,42 @@ func (o QueueOptions) Validate() error {
 	return nil
 }
 
-// Queue is ports.Queue on Redis Streams: one stream per queue stream, read
-// through consumer groups (XREADGROUP), acknowledged with XACK, reclaimed
-// with XAUTOCLAIM and trimmed with XTRIM MINID. Safe for concurrent use.
+// Queue is ports.Queue on Redis Streams: each queue stream is Partitions
+// Redis streams, read through consumer groups (XREADGROUP), acknowledged
+// with XACK, reclaimed with XAUTOCLAIM and trimmed with XTRIM MINID. It
+// runs on one Redis or on Redis Cluster (a goredis.ClusterClient): every
+// transaction and multi-key command stays within one partition's slot.
+// Safe for concurrent use.
 type Queue struct {
 	client     goredis.UniversalClient
+	cluster    bool
 	prefix     string
+	name       string
+	partitions int
 	maxLen     int64
 	blockSlice time.Duration
 
-	// cursors remembers where the last Reclaim of each stream and group
-	// stopped, so successive Reclaims walk the whole pending list instead of
-	// rescanning its head (XAUTOCLAIM's intended use).
-	mu      sync.Mutex
-	cursors map[string]string
+	// turn rotates where walks over the partitions start.
+	turn atomic.Uint64
 
-	// publishers holds the group commit of Publish for each stream key
-	// (*batch.Batcher[[]string]). Streams are a fixed, small set
-	// (events, deliveries, their partitions), so it is never pruned.
+	// cursors remembers where the last Reclaim of each partition and group
+	// stopped, so successive Reclaims walk the whole pending list instead of
+	// rescanning its head (XAUTOCLAIM's intended use), and in which
+	// partition the last Reclaim of each stream and group stopped.
+	mu          sync.Mutex
+	cursors     map[string]string
+	reclaimNext map[string]int
+
+	// publishers holds the group commit of Publish for each stream
+	// (*batch.Batcher[[]ports.Entry]). Streams are a fixed, small set
+	// (events, deliveries), so it is never pruned.
 	publishers sync.Map
 }
 
 var _ ports.Queue = (*Queue)(nil)
 
-// NewQueue returns a Queue on client. The caller owns client and closes it.
+// NewQueue returns a Queue on client, a single Redis or a Cluster. The
+// caller owns client and closes it.
 func NewQueue(client goredis.UniversalClient, opts QueueOptions) (*Queue, error) {
 	if client == nil {
 		return nil, errors.New("redis queue: client is nil")
@@ -120,33 +165,25 @@ func NewQueue(client goredis.UniversalClient, opts QueueOptions) (*Queue, error)
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.BlockSlice == 0 {
-		opts.BlockSlice = DefaultBlockSlice
-	}
 	return &Queue{
-		client:     client,
-		prefix:     opts.Prefix,
-		maxLen:     opts.MaxLen,
-		blockSlice: opts.BlockSlice,
-		cursors:    make(map[string]string),
+		client:      client,
+		cluster:     isCluster(client),
+		prefix:      cmp.Or(opts.Prefix, DefaultPrefix),
+		name:        cmp.Or(opts.Name, DefaultName),
+		partitions:  cmp.Or(opts.Partitions, DefaultPartitions),
+		maxLen:      opts.MaxLen,
+		blockSlice:  cmp.Or(opts.BlockSlice, DefaultBlockSlice),
+		cursors:     make(map[string]string),
+		reclaimNext: make(map[string]int),
 	}, nil
 }
 
-// key is the Redis key of stream: the name is the hash tag, so a stream and
-// anything keyed by it share a Cluster slot.
-func (q *Queue) key(stream string) string {
-	return q.prefix + "{" + stream + "}"
-}
-
-// Publish appends bodies to stream. Concurrent Publish calls to one stream
-// are group-committed: their XADDs go out as one pipeline, one round trip
-// for up to maxPublishCalls callers (see publishBatch), and each call
-// returns once its entries were appended, or with the error of the first of
-// them that was not. A pipeline on one connection keeps the order, so each
-// call's bodies are appended in order and next to each other.
+// Publish appends entries to stream, each to the partition of its key.
+// Concurrent Publish calls to one stream are group-committed: their XADDs
+// go out together, one round trip for up to maxPublishCalls callers (see
+// publishBatch), and each call returns once its entries were appended, or
+// with the error of the first of them that was not. Each call's entries of
+// one partition are appended in order and next to each other.
 //
 // If ctx ends while the call waits for its pipeline, Publish returns ctx's
 // error at once and appends nothing. If ctx ends while its pipeline is on
@@ -157,99 +194,329 @@ func (q *Queue) Publish(ctx context.Context, stream string, entries ...ports.Ent
 	if len(entries) == 0 {
 		return nil
 	}
-	key := q.key(stream)
 	// A copy: a caller that gives up may reuse its slice while the pipeline
 	// holding it is still being written.
-	if err := q.publisher(key).Commit(ctx, slices.Clone(entries)); err != nil {
+	if err := q.publisher(stream).Commit(ctx, slices.Clone(entries)); err != nil {
 		if len(entries) == 1 {
-			return fmt.Errorf("redis queue: publish to %s: %w", key, err)
+			return fmt.Errorf("redis queue: publish to %s: %w", stream, err)
 		}
-		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(entries), key, err)
+		return fmt.Errorf("redis queue: publish %d entries to %s: %w", len(entries), stream, err)
 	}
 	return nil
 }
 
-func (q *Queue) xaddArgs(stream string, e ports.Entry) *goredis.XAddArgs {
+func (q *Queue) xaddArgs(key string, e ports.Entry) *goredis.XAddArgs {
 	values := []string{bodyField, e.Body}
 	if e.Key != "" {
 		values = append(values, keyField, e.Key)
 	}
 	return &goredis.XAddArgs{
-		Stream: stream,
+		Stream: key,
 		MaxLen: q.maxLen, // 0 leaves MAXLEN out
 		Approx: true,
 		Values: values,
 	}
 }
 
-// Read reads new entries with XREADGROUP ... BLOCK, creating the group (and
-// the stream) on the first NOGROUP reply. The block is waited out in slices
-// of at most BlockSlice so that a cancelled ctx is noticed promptly.
+// Read reads up to count new entries from the partitions of stream. It
+// first looks at every partition without blocking (see sweep); when all
+// are empty it blocks (see blockRead) in slices of at most BlockSlice, so
+// that a cancelled ctx is noticed promptly, and then fills the batch from
+// the other partitions. Groups (and streams) are created on the first
+// NOGROUP reply.
 func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	key := q.key(stream)
+	count = max(count, 0) // 0: no limit
+	keys := q.partitionKeys(stream)
 	deadline := time.Now().Add(block)
-	createdGroup := false
 	for {
-		slice := -time.Duration(1) // negative: go-redis leaves BLOCK out, no wait
-		if remaining := time.Until(deadline); remaining > 0 {
-			slice = min(remaining, q.blockSlice)
-			if d, ok := ctx.Deadline(); ok {
-				// go-redis would turn a ctx deadline inside the BLOCK into a
-				// socket timeout and drop the connection; stop short instead.
-				slice = min(slice, time.Until(d))
-			}
-			// BLOCK counts whole milliseconds and BLOCK 0 waits forever.
-			slice = max(slice, time.Millisecond)
+		msgs, err := q.sweep(ctx, keys, group, consumer, count)
+		if err != nil || len(msgs) > 0 {
+			return msgs, err
 		}
-		streams, err := q.client.XReadGroup(ctx, &goredis.XReadGroupArgs{
-			Group:    group,
-			Consumer: consumer,
-			Streams:  []string{key, ">"},
-			Count:    int64(max(count, 0)),
-			Block:    slice,
-		}).Result()
-		switch {
-		case err == nil:
-			msgs := toMessages(streams)
-			if len(msgs) > 0 {
-				// Even if ctx ended meanwhile: these entries are now pending
-				// for consumer, and handing them over beats leaving them to
-				// wait out the visibility timeout.
-				return msgs, nil
-			}
-		case errors.Is(err, goredis.Nil):
-			// The block expired with nothing new.
-		case isNoGroup(err) && !createdGroup:
-			if err := q.createGroup(ctx, key, group); err != nil {
-				return nil, err
-			}
-			createdGroup = true
-			continue
-		default:
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return []ports.Message{}, nil
+		}
+		slice := min(remaining, q.blockSlice)
+		if d, ok := ctx.Deadline(); ok {
+			// go-redis would turn a ctx deadline inside the BLOCK into a
+			// socket timeout and drop the connection; stop short instead.
+			slice = min(slice, time.Until(d))
+		}
+		// BLOCK counts whole milliseconds and BLOCK 0 waits forever.
+		slice = max(slice, time.Millisecond)
+		msgs, err = q.blockRead(ctx, keys, group, consumer, count, slice)
+		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
-			return nil, fmt.Errorf("redis queue: read %s as %s/%s: %w", key, group, consumer, interpretError(err))
+			return nil, fmt.Errorf("redis queue: read %s as %s/%s: %w", stream, group, consumer, interpretError(err))
+		}
+		if len(msgs) > 0 {
+			// Even if ctx ended meanwhile: these entries are now pending
+			// for consumer, and handing them over beats leaving them to
+			// wait out the visibility timeout. The rest of the batch comes
+			// from the other partitions, without waiting.
+			if count == 0 || len(msgs) < count {
+				more, err := q.sweep(context.WithoutCancel(ctx), keys, group, consumer, count-len(msgs))
+				if err == nil {
+					msgs = append(msgs, more...)
+				}
+			}
+			return msgs, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !time.Now().Before(deadline) {
-			return []ports.Message{}, nil
+	}
+}
+
+// sweep reads up to count entries (0: no limit) from the partitions at
+// keys without blocking: one pipeline of XREADGROUP ... COUNT per round
+// (go-redis sends a Cluster pipeline to each node at once), the count
+// shared among the partitions not yet found empty, until count entries
+// came or every partition is empty. A partition that returns fewer entries
+// than it was asked for is empty; one that returns as many may hold more
+// and is asked again for what is still missing, so a batch is never larger
+// than count and a full partition is not starved by empty ones. The walk
+// starts at a rotating partition.
+//
+// On one Redis it is instead one script (queue_read.lua) that reads the
+// partitions in turn, each for what is still missing: one round trip.
+func (q *Queue) sweep(ctx context.Context, keys []string, group, consumer string, count int) ([]ports.Message, error) {
+	start := q.rotation()
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = (start + i) % len(keys)
+	}
+	if !q.cluster {
+		return q.sweepScript(ctx, keys, order, group, consumer, count)
+	}
+	empty := make([]bool, len(keys))
+	created := make([]bool, len(keys))
+	msgs := []ports.Message{}
+	type ask struct {
+		n     int
+		count int
+		cmd   *goredis.XStreamSliceCmd
+	}
+	for {
+		remaining := count - len(msgs)
+		if count > 0 && remaining <= 0 {
+			return msgs, nil
+		}
+		var candidates []int
+		for _, n := range order {
+			if !empty[n] {
+				candidates = append(candidates, n)
+			}
+		}
+		if len(candidates) == 0 {
+			return msgs, nil
+		}
+		asks := make([]ask, 0, len(candidates))
+		switch {
+		case count == 0:
+			for _, n := range candidates {
+				asks = append(asks, ask{n: n})
+			}
+		case remaining >= len(candidates):
+			share, extra := remaining/len(candidates), remaining%len(candidates)
+			for i, n := range candidates {
+				c := share
+				if i < extra {
+					c++
+				}
+				asks = append(asks, ask{n: n, count: c})
+			}
+		default:
+			for _, n := range candidates[:remaining] {
+				asks = append(asks, ask{n: n, count: 1})
+			}
+		}
+		pipe := q.client.Pipeline()
+		for i := range asks {
+			asks[i].cmd = pipe.XReadGroup(ctx, &goredis.XReadGroupArgs{
+				Group:    group,
+				Consumer: consumer,
+				Streams:  []string{keys[asks[i].n], ">"},
+				Count:    int64(asks[i].count),
+				Block:    -1, // negative: go-redis leaves BLOCK out, no wait
+			})
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		var noGroup []string
+		var firstErr error
+		for _, a := range asks {
+			streams, err := a.cmd.Result()
+			switch {
+			case err == nil:
+				got := toMessages(a.n, streams)
+				msgs = append(msgs, got...)
+				if a.count == 0 || len(got) < a.count {
+					empty[a.n] = true
+				}
+			case errors.Is(err, goredis.Nil):
+				empty[a.n] = true
+			case isNoGroup(err) && !created[a.n]:
+				created[a.n] = true
+				noGroup = append(noGroup, keys[a.n])
+			default:
+				empty[a.n] = true
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+		if firstErr != nil {
+			if len(msgs) > 0 {
+				// They are pending for consumer now: hand them over; the
+				// failing partition fails the next Read.
+				return msgs, nil
+			}
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return nil, fmt.Errorf("redis queue: read as %s/%s: %w", group, consumer, interpretError(firstErr))
+		}
+		if err := q.createGroups(ctx, noGroup, group); err != nil {
+			if len(msgs) > 0 {
+				return msgs, nil
+			}
+			return nil, err
 		}
 	}
 }
 
-// createGroup creates group on key reading from the stream's start, and the
-// stream if it does not exist yet. Another consumer may win the race; its
-// BUSYGROUP reply means the group is there, which is all that matters.
-func (q *Queue) createGroup(ctx context.Context, key, group string) error {
-	err := q.client.XGroupCreateMkStream(ctx, key, group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("redis queue: create group %s on %s: %w", group, key, interpretError(err))
+//go:embed queue_read.lua
+var queueReadLua string
+
+var queueRead = goredis.NewScript(queueReadLua)
+
+// sweepScript is sweep on one Redis: queue_read.lua on the partitions at
+// keys, in order.
+func (q *Queue) sweepScript(ctx context.Context, keys []string, order []int, group, consumer string, count int) ([]ports.Message, error) {
+	ordered := make([]string, len(order))
+	for i, n := range order {
+		ordered[i] = keys[n]
+	}
+	reply, err := queueRead.Run(ctx, q.client, ordered, group, consumer, count).Slice()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, fmt.Errorf("redis queue: read as %s/%s: %w", group, consumer, interpretError(err))
+	}
+	msgs := []ports.Message{}
+	for _, r := range reply {
+		pair, ok := r.([]any)
+		if !ok || len(pair) < 2 {
+			continue
+		}
+		i, ok := pair[0].(int64)
+		if !ok || i < 0 || int(i) >= len(order) {
+			continue
+		}
+		n := order[i]
+		entries, _ := pair[1].([]any)
+		for _, e := range entries {
+			entry, ok := e.([]any)
+			if !ok || len(entry) < 1 {
+				continue
+			}
+			id, ok := entry[0].(string)
+			if !ok {
+				continue
+			}
+			var fields any
+			if len(entry) > 1 {
+				fields = entry[1]
+			}
+			key, body, _ := entryFields(fields)
+			msgs = append(msgs, ports.Message{ID: messageID(n, id), Key: key, Body: body})
+		}
+	}
+	return msgs, nil
+}
+
+// blockRead waits up to slice for new entries and returns at most count of
+// them (0: no limit). On one Redis it is one XREADGROUP ... BLOCK on up to
+// count partitions (all of them when count allows), each asked for an
+// equal share of count, so whatever Redis version serves it the reply
+// cannot exceed count. On Redis Cluster a command cannot span slots: it
+// blocks on one partition, a different one each slice, and the sweep
+// between slices looks at the others.
+func (q *Queue) blockRead(ctx context.Context, keys []string, group, consumer string, count int, slice time.Duration) ([]ports.Message, error) {
+	start := q.rotation()
+	n := len(keys)
+	if count > 0 {
+		n = min(n, count)
+	}
+	if q.cluster {
+		n = 1
+	}
+	parts := make([]int, n)
+	streams := make([]string, 0, 2*n)
+	for i := range parts {
+		parts[i] = (start + i) % len(keys)
+		streams = append(streams, keys[parts[i]])
+	}
+	for range parts {
+		streams = append(streams, ">")
+	}
+	perStream := 0
+	if count > 0 {
+		perStream = count / n
+	}
+	reply, err := q.client.XReadGroup(ctx, &goredis.XReadGroupArgs{
+		Group:    group,
+		Consumer: consumer,
+		Streams:  streams,
+		Count:    int64(perStream),
+		Block:    slice,
+	}).Result()
+	switch {
+	case err == nil:
+	case errors.Is(err, goredis.Nil):
+		return nil, nil // the block expired with nothing new
+	case isNoGroup(err):
+		return nil, nil // flushed meanwhile; the next sweep recreates the group
+	default:
+		return nil, err
+	}
+	msgs := []ports.Message{}
+	for _, s := range reply {
+		for i, key := range streams[:n] {
+			if key == s.Stream {
+				msgs = append(msgs, toMessages(parts[i], []goredis.XStream{s})...)
+				break
+			}
+		}
+	}
+	return msgs, nil
+}
+
+// createGroups creates group on each of keys reading from the stream's
+// start, and the stream if it does not exist yet, in one pipeline. Another
+// consumer may win the race; its BUSYGROUP reply means the group is there,
+// which is all that matters.
+func (q *Queue) createGroups(ctx context.Context, keys []string, group string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := q.client.Pipeline()
+	cmds := make([]*goredis.StatusCmd, len(keys))
+	for i, key := range keys {
+		cmds[i] = pipe.XGroupCreateMkStream(ctx, key, group, "0")
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			return fmt.Errorf("redis queue: create group %s on %s: %w", group, keys[i], interpretError(err))
+		}
 	}
 	return nil
 }
@@ -260,29 +527,80 @@ func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
-// Ack acknowledges ids with one XACK. XACK ignores ids that are not pending,
-// and a missing stream or group acknowledges nothing without an error.
+// Ack acknowledges ids with one XACK per partition, in one pipeline. XACK
+// ignores ids that are not pending, a missing stream or group acknowledges
+// nothing without an error, and ids this queue did not hand out are
+// ignored the same way.
 func (q *Queue) Ack(ctx context.Context, stream, group string, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	key := q.key(stream)
-	if err := q.client.XAck(ctx, key, group, ids...).Err(); err != nil {
-		return fmt.Errorf("redis queue: ack %d entries of %s for %s: %w", len(ids), key, group, interpretError(err))
+	byPartition := make(map[int][]string)
+	for _, id := range ids {
+		if n, streamID, ok := q.splitMessageID(id); ok {
+			byPartition[n] = append(byPartition[n], streamID)
+		}
+	}
+	if len(byPartition) == 0 {
+		return nil
+	}
+	var err error
+	if len(byPartition) == 1 {
+		for n, streamIDs := range byPartition {
+			err = q.client.XAck(ctx, q.partitionKey(stream, n), group, streamIDs...).Err()
+		}
+	} else {
+		_, err = q.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for n, streamIDs := range byPartition {
+				p.XAck(ctx, q.partitionKey(stream, n), group, streamIDs...)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("redis queue: ack %d entries of %s for %s: %w", len(ids), stream, group, interpretError(err))
 	}
 	return nil
 }
 
-// Reclaim runs XAUTOCLAIM from where the previous Reclaim of this stream and
-// group stopped, for up to reclaimPages pages, until count entries are
-// claimed or the pending list has been walked to its end. Entries whose data
-// was trimmed (Redis 7 lists them as deleted ids; Redis 6.2 returns them
-// with no fields) are acknowledged and skipped.
+// Reclaim walks the partitions of stream, from the one where the previous
+// Reclaim of this stream and group stopped, running XAUTOCLAIM in each from
+// where its previous walk stopped, for up to reclaimPages pages, until
+// count entries are claimed or every pending list has been walked to its
+// end. Entries whose data was trimmed (Redis 7 lists them as deleted ids;
+// Redis 6.2 returns them with no fields) are acknowledged and skipped.
 func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int) ([]ports.Message, error) {
 	if count <= 0 {
 		count = defaultReclaimCount
 	}
-	key := q.key(stream)
+	walkKey := stream + "\x00" + group
+	q.mu.Lock()
+	first := q.reclaimNext[walkKey] % q.partitions
+	q.mu.Unlock()
+
+	msgs := []ports.Message{}
+	next := first
+	for i := range q.partitions {
+		n := (first + i) % q.partitions
+		claimed, err := q.reclaimPartition(ctx, stream, n, group, consumer, minIdle, count-len(msgs))
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, claimed...)
+		if len(msgs) >= count {
+			next = n // more may be waiting here: start here next time
+			break
+		}
+	}
+	q.mu.Lock()
+	q.reclaimNext[walkKey] = next
+	q.mu.Unlock()
+	return msgs, nil
+}
+
+// reclaimPartition is Reclaim within partition n.
+func (q *Queue) reclaimPartition(ctx context.Context, stream string, n int, group, consumer string, minIdle time.Duration, count int) ([]ports.Message, error) {
+	key := q.partitionKey(stream, n)
 	cursorKey := key + "\x00" + group
 	q.mu.Lock()
 	start := q.cursors[cursorKey]
@@ -302,13 +620,13 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 		if err != nil {
 			return nil, fmt.Errorf("redis queue: reclaim %s for %s/%s: %w", key, group, consumer, interpretError(err))
 		}
-		next, claimed, deleted, err := parseAutoclaim(reply)
+		next, claimed, deleted, err := parseAutoclaim(n, reply)
 		if err != nil {
 			return nil, fmt.Errorf("redis queue: reclaim %s for %s/%s: %w", key, group, consumer, err)
 		}
 		for _, c := range claimed {
 			if c.trimmed {
-				trimmed = append(trimmed, c.msg.ID)
+				trimmed = append(trimmed, c.streamID)
 				continue
 			}
 			msgs = append(msgs, c.msg)
@@ -326,19 +644,32 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 	// Redis 7 already dropped deleted ids from the pending list; Redis 6.2
 	// did not. XACK is right for both and costs a round trip only when
 	// something was trimmed.
-	if err := q.Ack(ctx, stream, group, trimmed...); err != nil {
-		return nil, err
+	if len(trimmed) > 0 {
+		if err := q.client.XAck(ctx, key, group, trimmed...).Err(); err != nil {
+			return nil, fmt.Errorf("redis queue: ack trimmed entries of %s for %s: %w", key, group, interpretError(err))
+		}
 	}
 	return msgs, nil
 }
 
-// Trim removes with XTRIM MINID the entries older than the oldest one some
-// consumer group still needs. For each group (XINFO GROUPS) that is its
-// oldest pending entry (the XPENDING summary's smallest id) or, with nothing
-// pending, the entry after its last-delivered-id, so a group that has read
-// nothing yet (last-delivered-id 0-0) keeps the whole stream. Redis 7's lag
-// is not used: it counts unread entries but not pending ones, and is
-// unknown (nil) after some deletions.
+// Trim trims every partition of stream (see trimPartition).
+func (q *Queue) Trim(ctx context.Context, stream string) error {
+	for n := range q.partitions {
+		if err := q.trimPartition(ctx, q.partitionKey(stream, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimPartition removes with XTRIM MINID the entries of the stream at key
+// older than the oldest one some consumer group still needs. For each group
+// (XINFO GROUPS) that is its oldest pending entry (the XPENDING summary's
+// smallest id) or, with nothing pending, the entry after its
+// last-delivered-id, so a group that has read nothing yet
+// (last-delivered-id 0-0) keeps the whole stream. Redis 7's lag is not
+// used: it counts unread entries but not pending ones, and is unknown (nil)
+// after some deletions.
 //
 // Trimming is exact (MINID =, not ~). ~ removes whole macro-nodes only (100
 // entries by default), so a short stream would never shrink and what is
@@ -350,8 +681,7 @@ func (q *Queue) Reclaim(ctx context.Context, stream, group, consumer string, min
 // safe because what a group needs only moves forward: its last-delivered-id
 // grows, and new pending entries come after it. A group created meanwhile
 // sees the stream as trimmed, as if it had been created just after Trim.
-func (q *Queue) Trim(ctx context.Context, stream string) error {
-	key := q.key(stream)
+func (q *Queue) trimPartition(ctx context.Context, key string) error {
 	groups, err := q.client.XInfoGroups(ctx, key).Result()
 	if isNoSuchKey(err) {
 		return nil // no stream, nothing to trim
@@ -426,20 +756,20 @@ func (q *Queue) Ping(ctx context.Context) error {
 	return nil
 }
 
-// toMessages converts an XREADGROUP reply. An entry without the body field
+// toMessages converts an XREADGROUP reply from partition n. An entry without the body field
 // (or with a non-string one) comes back with Body "" rather than failing
 // the batch, so the application can acknowledge and count it.
-func toMessages(streams []goredis.XStream) []ports.Message {
-	n := 0
+func toMessages(n int, streams []goredis.XStream) []ports.Message {
+	size := 0
 	for _, s := range streams {
-		n += len(s.Messages)
+		size += len(s.Messages)
 	}
-	msgs := make([]ports.Message, 0, n)
+	msgs := make([]ports.Message, 0, size)
 	for _, s := range streams {
 		for _, m := range s.Messages {
 			body, _ := m.Values[bodyField].(string)
 			key, _ := m.Values[keyField].(string)
-			msgs = append(msgs, ports.Message{ID: m.ID, Key: key, Body: body})
+			msgs = append(msgs, ports.Message{ID: messageID(n, m.ID), Key: key, Body: body})
 		}
 	}
 	return msgs
@@ -447,8 +777,9 @@ func toMessages(streams []goredis.XStream) []ports.Message {
 
 // claimedEntry is one entry of an XAUTOCLAIM reply.
 type claimedEntry struct {
-	msg     ports.Message
-	trimmed bool // Redis 6.2: the entry is pending but its data is gone
+	msg      ports.Message
+	streamID string // the entry's id in its stream
+	trimmed  bool   // Redis 6.2: the entry is pending but its data is gone
 }
 
 // parseAutoclaim reads a raw XAUTOCLAIM reply: [next-cursor, [[id, [field,
@@ -457,7 +788,7 @@ type claimedEntry struct {
 // Only a malformed reply is an error; one odd entry never fails the page:
 // without the body field it comes back with Body "" (the application
 // acknowledges and counts it), and without a readable id it is skipped.
-func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted []string, err error) {
+func parseAutoclaim(n int, reply []any) (next string, claimed []claimedEntry, deleted []string, err error) {
 	if len(reply) < 2 {
 		return "", nil, nil, fmt.Errorf("unexpected XAUTOCLAIM reply with %d elements", len(reply))
 	}
@@ -486,7 +817,7 @@ func parseAutoclaim(reply []any) (next string, claimed []claimedEntry, deleted [
 			fields = pair[1]
 		}
 		key, body, present := entryFields(fields)
-		claimed = append(claimed, claimedEntry{msg: ports.Message{ID: id, Key: key, Body: body}, trimmed: !present})
+		claimed = append(claimed, claimedEntry{msg: ports.Message{ID: messageID(n, id), Key: key, Body: body}, streamID: id, trimmed: !present})
 	}
 	if len(reply) > 2 {
 		ids, _ := reply[2].([]any)

@@ -35,7 +35,7 @@ func TestQueue(t *testing.T) {
 	}, queuetest.Features{
 		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
 			rq := q.(*Queue)
-			require.NoError(t, rq.client.XDel(t.Context(), rq.key(stream), id).Err())
+			rq.dropEntry(t, stream, id)
 		},
 		// The process in its place: a new connection, the same prefix.
 		Restart: func(t *testing.T, q ports.Queue) ports.Queue {
@@ -80,7 +80,7 @@ func TestQueueMiniredis(t *testing.T) {
 		AdvanceIdle: func(t *testing.T, q ports.Queue, d time.Duration) { q.(*miniQueue).advance(d) },
 		DropEntryData: func(t *testing.T, q ports.Queue, stream, id string) {
 			m := q.(*miniQueue)
-			require.NoError(t, m.client.XDel(t.Context(), m.key(stream), id).Err())
+			m.dropEntry(t, stream, id)
 		},
 	})
 }
@@ -89,8 +89,10 @@ func TestQueueKeysUseHashTag(t *testing.T) {
 	t.Parallel()
 	_, client := redistest.Mini(t)
 	q := newTestQueue(t, client, QueueOptions{})
-	assert.Equal(t, "dispatch:{events}", q.key(ports.EventStream))
-	assert.Equal(t, "dispatch:{deliveries:3}", q.key(ports.DeliveryStream+":3"))
+	assert.Equal(t, "dispatch:{dispatch:events:0}", q.partitionKey(ports.EventStream, 0))
+	assert.Equal(t, "dispatch:{dispatch:deliveries:15}", q.partitionKey(ports.DeliveryStream, 15))
+	named := newTestQueue(t, client, QueueOptions{Prefix: "p:", Name: "n", Partitions: 4})
+	assert.Equal(t, "p:{n:deliveries:3}", named.partitionKey(ports.DeliveryStream, 3))
 }
 
 func TestQueueOptionsValidate(t *testing.T) {
@@ -105,6 +107,10 @@ func TestQueueOptionsValidate(t *testing.T) {
 		{"brace in prefix", QueueOptions{Prefix: "a{b}:"}, false},
 		{"negative max length", QueueOptions{MaxLen: -1}, false},
 		{"negative block slice", QueueOptions{BlockSlice: -time.Second}, false},
+		{"brace in name", QueueOptions{Name: "a{b"}, false},
+		{"negative partitions", QueueOptions{Partitions: -1}, false},
+		{"too many partitions", QueueOptions{Partitions: MaxPartitions + 1}, false},
+		{"one partition", QueueOptions{Partitions: 1}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +142,7 @@ func TestQueueTrimsApproximately(t *testing.T) {
 		bodies[i] = strconv.Itoa(i)
 	}
 	require.NoError(t, q.Publish(ctx, "trim", queuetest.Entries(bodies...)...))
-	n, err := client.XLen(ctx, q.key("trim")).Result()
+	n, err := client.XLen(ctx, q.keylessKey("trim")).Result()
 	require.NoError(t, err)
 	assert.Less(t, n, int64(500), "the stream must be trimmed towards MaxLen")
 	assert.GreaterOrEqual(t, n, int64(100), "approximate trimming never goes below MaxLen")
@@ -157,7 +163,7 @@ func TestQueueNoTrimWhenMaxLenZero(t *testing.T) {
 		bodies[i] = strconv.Itoa(i)
 	}
 	require.NoError(t, q.Publish(ctx, "keep", queuetest.Entries(bodies...)...))
-	n, err := client.XLen(ctx, q.key("keep")).Result()
+	n, err := client.XLen(ctx, q.keylessKey("keep")).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(300), n)
 }
@@ -174,12 +180,12 @@ func TestQueueReclaimAcksTrimmedEntries(t *testing.T) {
 	msgs, err := q.Read(ctx, "s", "g", "dead", 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
-	require.NoError(t, client.XDel(ctx, q.key("s"), msgs[0].ID).Err())
+	q.dropEntry(t, "s", msgs[0].ID)
 
 	got, err := q.Reclaim(ctx, "s", "g", "rescuer", 0, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b"}, []string{got[0].Body})
-	pending, err := client.XPending(ctx, q.key("s"), "g").Result()
+	pending, err := client.XPending(ctx, q.keylessKey("s"), "g").Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), pending.Count, "only the entry with data stays pending")
 }
@@ -327,4 +333,25 @@ func BenchmarkPublishConsume(b *testing.B) {
 	opts := DefaultQueueOptions()
 	opts.Prefix = redistest.Prefix(b)
 	queuetest.BenchPublishConsume(b, newTestQueue(b, redistest.Client(b), opts))
+}
+
+// keylessKey is the key of the partition of stream that entries without a
+// key go to.
+func (q *Queue) keylessKey(stream string) string {
+	return q.partitionKey(stream, q.partitionOf(""))
+}
+
+// locate is the key of the partition of message id and its id there.
+func (q *Queue) locate(t testing.TB, stream, id string) (key, streamID string) {
+	t.Helper()
+	n, streamID, ok := q.splitMessageID(id)
+	require.True(t, ok, "message id %q", id)
+	return q.partitionKey(stream, n), streamID
+}
+
+// dropEntry deletes the data of message id, leaving it pending.
+func (q *Queue) dropEntry(t testing.TB, stream, id string) {
+	t.Helper()
+	key, streamID := q.locate(t, stream, id)
+	require.NoError(t, q.client.XDel(t.Context(), key, streamID).Err())
 }

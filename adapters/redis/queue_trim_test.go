@@ -47,13 +47,14 @@ func TestQueueTrimIsExact(t *testing.T) {
 		require.NoError(t, q.Ack(ctx, "s", "g", idsOf(msgs[:150])...))
 
 		require.NoError(t, q.Trim(ctx, "s"))
-		n, err := client.XLen(ctx, q.key("s")).Result()
+		n, err := client.XLen(ctx, q.keylessKey("s")).Result()
 		require.NoError(t, err)
 		assert.Equal(t, int64(100), n, "Trim keeps exactly the entries after the last acknowledged prefix")
-		first, err := client.XRangeN(ctx, q.key("s"), "-", "+", 1).Result()
+		first, err := client.XRangeN(ctx, q.keylessKey("s"), "-", "+", 1).Result()
 		require.NoError(t, err)
 		require.Len(t, first, 1)
-		assert.Equal(t, msgs[150].ID, first[0].ID)
+		_, want := q.locate(t, "s", msgs[150].ID)
+		assert.Equal(t, want, first[0].ID)
 	})
 }
 
@@ -64,7 +65,7 @@ func TestQueueOddEntries(t *testing.T) {
 	t.Parallel()
 	onBothRedises(t, func(t *testing.T, q *Queue, client goredis.UniversalClient) {
 		ctx := t.Context()
-		key := q.key("s")
+		key := q.keylessKey("s")
 		for _, values := range [][]string{
 			{bodyField, "first"},
 			{"unexpected", "field"},
@@ -105,21 +106,21 @@ func TestParseAutoclaim(t *testing.T) {
 		},
 		[]any{"1-6", int64(1)},
 	}
-	next, claimed, deleted, err := parseAutoclaim(reply)
+	next, claimed, deleted, err := parseAutoclaim(2, reply)
 	require.NoError(t, err, "odd entries must not fail the page")
 	assert.Equal(t, "7-0", next)
 	assert.Equal(t, []claimedEntry{
-		{msg: ports.Message{ID: "1-1"}},
-		{msg: ports.Message{ID: "1-2", Body: "ok"}},
-		{msg: ports.Message{ID: "1-3"}, trimmed: true},
-		{msg: ports.Message{ID: "1-4", Body: "resp3"}},
-		{msg: ports.Message{ID: "1-5"}},
+		{msg: ports.Message{ID: "2/1-1"}, streamID: "1-1"},
+		{msg: ports.Message{ID: "2/1-2", Body: "ok"}, streamID: "1-2"},
+		{msg: ports.Message{ID: "2/1-3"}, streamID: "1-3", trimmed: true},
+		{msg: ports.Message{ID: "2/1-4", Body: "resp3"}, streamID: "1-4"},
+		{msg: ports.Message{ID: "2/1-5"}, streamID: "1-5"},
 	}, claimed)
 	assert.Equal(t, []string{"1-6"}, deleted)
 
-	_, _, _, err = parseAutoclaim([]any{"0-0"})
+	_, _, _, err = parseAutoclaim(0, []any{"0-0"})
 	assert.Error(t, err, "a reply without entries is malformed")
-	_, _, _, err = parseAutoclaim([]any{int64(0), []any{}})
+	_, _, _, err = parseAutoclaim(0, []any{int64(0), []any{}})
 	assert.Error(t, err, "a reply without a cursor is malformed")
 }
 

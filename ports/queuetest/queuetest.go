@@ -95,6 +95,8 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"PublishReadOrder", s.testPublishReadOrder},
 		{"KeysComeBackAndKeepTheirOrder", s.testKeys},
 		{"ReadCount", s.testReadCount},
+		{"ReadCountAcrossKeys", s.testReadCountAcrossKeys},
+		{"ReadWokenReturnsAtMostCount", s.testReadWokenReturnsAtMostCount},
 		{"ReadBeforePublish", s.testReadBeforePublish},
 		{"OneGroupSeesEachEntryOnce", s.testOneGroupSeesEachEntryOnce},
 		{"GroupsAreIndependent", s.testGroupsAreIndependent},
@@ -302,6 +304,71 @@ func (s suite) testReadCount(t *testing.T) {
 	assert.Equal(t, want[:3], bodiesOf(first), "Read returns at most count entries, oldest first")
 	rest := readAll(t, q, streamName, "g", "c1", 7)
 	assert.Equal(t, want[3:], bodiesOf(rest))
+}
+
+// keyedEntries returns n entries, each of a key of its own, so they spread
+// over every partition a queue has.
+func keyedEntries(prefix string, n int) []ports.Entry {
+	out := make([]ports.Entry, n)
+	for i := range out {
+		out[i] = ports.Entry{Key: prefix + "key_" + strconv.Itoa(i), Body: prefix + strconv.Itoa(i)}
+	}
+	return out
+}
+
+// testReadCountAcrossKeys checks that count bounds a Read whatever
+// partitions the entries are in, and that reads of every size take each
+// entry once.
+func (s suite) testReadCountAcrossKeys(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	published := keyedEntries("spread-", 60)
+	require.NoError(t, q.Publish(ctx, streamName, published...))
+	var got []string
+	for _, count := range []int{1, 2, 3, 5, 7, 11, 13, 17} {
+		msgs, err := q.Read(ctx, streamName, "g", "c1", count, time.Second)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(msgs), count, "Read returned more than count")
+		assert.NotEmpty(t, msgs, "entries are waiting: a Read of %d returns some", count)
+		got = append(got, bodiesOf(msgs)...)
+	}
+	got = append(got, bodiesOf(readAll(t, q, streamName, "g", "c1", len(published)-len(got)))...)
+	want := make([]string, len(published))
+	for i, e := range published {
+		want[i] = e.Body
+	}
+	assert.ElementsMatch(t, want, got, "every entry read once")
+}
+
+// testReadWokenReturnsAtMostCount blocks a Read of 2 and then publishes
+// entries of many keys at once: the woken Read returns no more than 2, and
+// the rest is left for the next Reads.
+func (s suite) testReadWokenReturnsAtMostCount(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	_, err := q.Read(ctx, streamName, "g", "c", 1, 0) // create the group
+	require.NoError(t, err)
+	type result struct {
+		msgs []ports.Message
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		msgs, err := q.Read(ctx, streamName, "g", "c", 2, 30*time.Second)
+		done <- result{msgs, err}
+	}()
+	published := keyedEntries("woken-", 40)
+	require.NoError(t, q.Publish(ctx, streamName, published...))
+	var first []ports.Message
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		first = r.msgs
+	case <-time.After(waitFor):
+		t.Fatalf("waited %s for a blocked Read to return", waitFor)
+	}
+	require.NotEmpty(t, first)
+	require.LessOrEqual(t, len(first), 2, "a woken Read returned more than count")
+	rest := readAll(t, q, streamName, "g", "c", len(published)-len(first))
+	assert.Len(t, compactSet(append(bodiesOf(first), bodiesOf(rest)...)), len(published), "every entry read once")
 }
 
 func (s suite) testReadBeforePublish(t *testing.T) {
