@@ -22,7 +22,7 @@ import (
 // enough that an entry is never redelivered while a test still holds it,
 // even on a loaded machine under the race detector, short enough that
 // redelivery tests stay quick.
-const testAckWait = 3 * time.Second
+const testAckWait = 5 * time.Second
 
 // url is the NATS server the tests use: $NATS_URL, or the local one.
 func url() string {

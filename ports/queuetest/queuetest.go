@@ -118,6 +118,7 @@ func Run(t *testing.T, newQueue func(t *testing.T) ports.Queue, features Feature
 		{"TrimMissingStream", s.testTrimMissingStream},
 		{"ConcurrentPublishersAndConsumers", s.testConcurrent},
 		{"ConcurrentPublishesKeepEachCallsOrder", s.testConcurrentPublishOrder},
+		{"MalformedEntryDoesNotBlockItsPartition", s.testMalformedEntry},
 		{"QueuesAreIsolated", s.testQueuesAreIsolated},
 		{"NothingLostAcrossRestart", s.testRestart},
 		{"Ping", s.testPing},
@@ -915,6 +916,25 @@ func (s suite) testConcurrentPublishOrder(t *testing.T) {
 		}
 		last[publisher] = i
 	}
+}
+
+// testMalformedEntry puts entries no consumer can make sense of (empty,
+// binary, huge) between good ones of the same key: each is handed out
+// as it was published, to be acknowledged and dropped by its consumer
+// (application.Consumer counts it), and the key's later entries follow.
+func (s suite) testMalformedEntry(t *testing.T) {
+	q, ctx := s.newQueue(t), ctxFor(t)
+	bodies := []string{"good-1", "", "\x00\xff not text {", strings.Repeat("x", 64<<10), "good-2"}
+	entries := make([]ports.Entry, len(bodies))
+	for i, b := range bodies {
+		entries[i] = ports.Entry{Key: "sub_1", Body: b}
+	}
+	require.NoError(t, q.Publish(ctx, streamName, entries...))
+	got := readAll(t, q, streamName, "g", "c", len(bodies))
+	assert.Equal(t, bodies, bodiesOf(got), "every entry of the key, odd ones included, in order")
+	require.NoError(t, q.Ack(ctx, streamName, "g", idsOf(got)...))
+	require.NoError(t, q.Publish(ctx, streamName, ports.Entry{Key: "sub_1", Body: "good-3"}))
+	assert.Equal(t, []string{"good-3"}, bodiesOf(readAll(t, q, streamName, "g", "c", 1)), "the partition goes on")
 }
 
 // testQueuesAreIsolated uses two queues of newQueue, which share their
