@@ -15,7 +15,6 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
-	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 	"github.com/dispatch-webhooks/dispatch/client"
 )
@@ -29,8 +28,7 @@ func TestDeliversOneEventEndToEnd(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.RedisURL = redistest.URL()
-	cfg.RedisKeyPrefix = redistest.Prefix(t)
+	testRedis(t, &cfg)
 
 	startApp(t, bootstrap.RoleMigrate, cfg)
 	var api *bootstrap.APIServer

@@ -17,7 +17,6 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/dispatch-webhooks/dispatch/adapters/postgres/pgtest"
-	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 	"github.com/dispatch-webhooks/dispatch/client"
 )
@@ -43,8 +42,7 @@ func newClusterWith(t *testing.T, tune func(*bootstrap.Config), apiOptions ...fx
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.RedisURL = redistest.URL()
-	cfg.RedisKeyPrefix = redistest.Prefix(t)
+	testRedis(t, &cfg)
 	cfg.VisibilityTimeout = time.Second
 	if tune != nil {
 		tune(&cfg)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-webhooks/dispatch/adapters/kafka/kafkatest"
 	"github.com/dispatch-webhooks/dispatch/adapters/nats"
+	"github.com/dispatch-webhooks/dispatch/adapters/redis/redistest"
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
 )
 
@@ -54,6 +55,22 @@ func deleteNATSStreams(t *testing.T, cfg bootstrap.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testRedis points cfg at the tests' Redis under a key prefix of t's
+// own: the shared 3-master Redis Cluster when $DISPATCH_REDIS_CLUSTER is
+// true, so that the end-to-end tests run unchanged on it too, else the
+// one of $REDIS_URL.
+func testRedis(t *testing.T, cfg *bootstrap.Config) {
+	t.Helper()
+	if on, _ := strconv.ParseBool(os.Getenv("DISPATCH_REDIS_CLUSTER")); on {
+		rc := redistest.SharedCluster(t)
+		cfg.RedisURL, cfg.RedisCluster = rc.URL(), true
+		cfg.RedisKeyPrefix = redistest.ClusterPrefix(t)
+		return
+	}
+	cfg.RedisURL = redistest.URL()
+	cfg.RedisKeyPrefix = redistest.Prefix(t)
 }
 
 // queuePrefix is a queue prefix of t's own: its name, in the characters
