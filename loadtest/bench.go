@@ -215,8 +215,8 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 	if opts.Quick {
 		b.WriteString("**Quick mode: every workload scaled down; not the standard figures.**\n\n")
 	}
-	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 / p90 / p99 / max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | CPU cores: machine / other | target | verdict |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| workload | runs | events accepted/s | publish p99 ms | deliveries/s (sustained) | e2e p50 / p90 / p99 / max ms | attempts/delivery | lost | duplicates | peak RSS MiB: largest worker / dispatch-load | CPU cores: machine / other | machine CPU per event, ms | target | verdict |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	bench := map[string]figures{}
 	for i, c := range cases {
 		if f, ok := caseFigures(c.cfg.Workers, results[i]); ok {
@@ -249,9 +249,13 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.P99Ms })),
 				msText(med(func(r *Report) float64 { return r.Deliveries.Latency.MaxMs })))
 		}
-		cpu := "–"
+		cpu, perEvent := "–", "–"
 		if len(rs) > 0 && rs[0].CPU != nil {
 			cpu = fmt.Sprintf("%.2f / %.2f", med(func(r *Report) float64 { return r.CPU.Machine }), med(func(r *Report) float64 { return r.CPU.Other }))
+			perEvent = fmt.Sprintf("%.3f", med(func(r *Report) float64 { return r.CPU.PerEventMs }))
+			if rs[0].CPU.WithTool {
+				perEvent += "*"
+			}
 		}
 		judged := "no runs"
 		if f, ok := bench[c.name]; ok {
@@ -260,7 +264,7 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 		if opts.Quick {
 			judged = "not judged (quick)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			c.name, len(rs),
 			rate(med(func(r *Report) float64 { return r.Publish.PerSecond })),
 			msText(med(func(r *Report) float64 { return r.Publish.Latency.P99Ms })),
@@ -272,12 +276,13 @@ func writeSummary(w io.Writer, opts BenchOptions, cases []benchCase, results [][
 			cell(func(r *Report) float64 { return float64(r.Deliveries.Lost) }, count),
 			cell(func(r *Report) float64 { return float64(r.Deliveries.Duplicates) }, count),
 			fmt.Sprintf("%s / %.0f", rssText(med(workerRSS)), med(toolRSS)/(1<<20)),
-			cpu,
+			cpu, perEvent,
 			c.workload.Target, judged)
 	}
 	b.WriteString("\nPer-run reports: `<workload>-<run>.json`, `.md` and `.png` beside this file. ")
 	b.WriteString("Deliveries/s is deliveries over the time from the first publish to the last delivery; sustained is the median of the full seconds with deliveries. ")
 	b.WriteString("CPU cores: how busy the whole machine was while each run measured, and how much of that was neither dispatch-load, its workers, its PostgreSQL backends nor Redis (other work on the machine skews every figure). ")
+	b.WriteString("Machine CPU per event: Dispatch's processes, PostgreSQL and Redis over the events accepted; * marks runs whose api and scheduler ran inside dispatch-load, whose load generator and receiver are then counted too (--processes leaves them out). ")
 	b.WriteString("Verdict: the medians held to the target (losses and peak RSS: the worst run); a target not met shows, for each condition it missed, the share of its bound reached.\n")
 	_, err := io.WriteString(w, b.String())
 	return err

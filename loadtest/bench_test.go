@@ -15,7 +15,7 @@ func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
 	ingest := func(perSecond float64) *Report {
 		return &Report{Publish: PublishStats{PerSecond: perSecond, Latency: Latency{P99Ms: 20}},
 			Memory: []ProcessMemory{{Name: "dispatch-load (api + scheduler in process)", PeakRSSBytes: 60 << 20}, {Name: "worker 1", PeakRSSBytes: 30 << 20}},
-			CPU:    &CPUUse{Machine: 1.9, Other: 0.1}}
+			CPU:    &CPUUse{Machine: 1.9, Other: 0.1, PerEventMs: 0.25, WithTool: true}}
 	}
 	delivery := func(perSecond float64, lost int64) *Report {
 		r := ingest(1000)
@@ -36,7 +36,7 @@ func TestSummaryQuotesTheMedianOfEachCase(t *testing.T) {
 	}
 	got := b.String()
 	summaryHas(t, got,
-		"| W1 | 3 | 15,000 | 20.0 | – | – | – | – | – | 30 / 60 | 1.90 / 0.10 |",
+		"| W1 | 3 | 15,000 | 20.0 | – | – | – | – | – | 30 / 60 | 1.90 / 0.10 | 0.250* |",
 		"| W3 | 3 | 1,000 | 20.0 | 8,500 (8,500) | 3.00 / 8.00 / 21.5 / 140 | 1.000 | 0 | 0 | 30 / 60 |",
 		"Command: `dispatch-load bench`",
 	)

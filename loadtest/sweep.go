@@ -149,19 +149,8 @@ func sweepPoint(build string, rate float64, runs []*Report) SweepPoint {
 			p.Lost += d.Lost
 		}
 	}
-	p.CPUPerEventMs, p.P50Ms, p.P99Ms = median(p.CPUPerEventRuns), median(p50), median(p99)
+	p.CPUPerEventMs, p.P50Ms, p.P99Ms = Median(p.CPUPerEventRuns), Median(p50), Median(p99)
 	return p
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // writeSweep writes the points as JSON, a Markdown table and a plot.
