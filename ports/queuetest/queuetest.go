@@ -46,6 +46,14 @@ type Features struct {
 	// needs. A queue whose Trim does nothing, leaving old entries to the
 	// broker's retention (Kafka), sets it too.
 	TrimApproximate bool
+	// TrimMayRedeliver says Trim may hand out again, at least once, entries
+	// a group acknowledged after an entry it still holds (NATS server 2.9:
+	// a purge below a consumer's ack floor can lose its acknowledgements
+	// above the floor). Dispatch's consumers take such an entry for what
+	// it is, a duplicate: its delivery is found settled. The suite then
+	// accepts them back after a Trim, and still checks that the pending
+	// entry is kept and everything goes once all is acknowledged.
+	TrimMayRedeliver bool
 	// RedeliverAfter, when above 0, says the queue itself hands an entry
 	// read and not acknowledged for this long to the next Read of its group
 	// (JetStream's AckWait), and that Reclaim therefore returns nothing:
@@ -736,9 +744,13 @@ func (s suite) testTrimKeepsPending(t *testing.T) {
 
 	minIdle := s.idleFor(t, q)
 	reclaimed := s.reclaimUntil(t, q, "g1", "rescuer", minIdle, 10, []string{dead[1].ID})
-	assert.Equal(t, []string{all[1]}, compactSet(bodiesOf(reclaimed)), "the pending entry keeps its body")
+	back := compactSet(bodiesOf(reclaimed))
+	if s.f.TrimMayRedeliver {
+		back = slices.DeleteFunc(back, func(b string) bool { return b != all[1] && slices.Contains(all, b) })
+	}
+	assert.Equal(t, []string{all[1]}, back, "the pending entry keeps its body")
 
-	require.NoError(t, q.Ack(ctx, streamName, "g1", dead[1].ID))
+	require.NoError(t, q.Ack(ctx, streamName, "g1", idsOf(reclaimed)...))
 	require.NoError(t, q.Trim(ctx, streamName))
 	s.assertTrimmedTo(t, q, "observer2", []string{}, "once acknowledged, everything can go")
 }
