@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
@@ -18,16 +20,13 @@ func TestSchedulerExportsWhatEachTableKeeps(t *testing.T) {
 	var reg *prometheus.Registry
 	c.start(bootstrap.RoleScheduler, fx.Populate(&reg))
 
-	want := map[string]bool{"dispatch_retained_rows": true, "dispatch_table_bytes": true}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// The scheduler exports them as its gauge loop starts.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(c, err)
 		tables := map[string]map[string]float64{}
 		for _, f := range families {
-			if !want[f.GetName()] {
+			if f.GetName() != "dispatch_retained_rows" && f.GetName() != "dispatch_table_bytes" {
 				continue
 			}
 			tables[f.GetName()] = map[string]float64{}
@@ -39,13 +38,9 @@ func TestSchedulerExportsWhatEachTableKeeps(t *testing.T) {
 				}
 			}
 		}
-		bytes := tables["dispatch_table_bytes"]
-		if len(tables["dispatch_retained_rows"]) == 3 && len(bytes) == 3 && bytes["events"] > 0 && bytes["deliveries"] > 0 && bytes["attempts"] > 0 {
-			return
+		assert.Len(c, tables["dispatch_retained_rows"], 3, "rows of events, deliveries and attempts")
+		for _, table := range []string{"events", "deliveries", "attempts"} {
+			assert.Positive(c, tables["dispatch_table_bytes"][table], "bytes of %s", table)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("storage gauges after 10s: %v", tables)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}, 10*time.Second, 50*time.Millisecond)
 }
