@@ -219,28 +219,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // soon as one of that subscription's requests ends, in its place.
 func TestADeliveryOverItsShareWaitsInTheWorkerForAPlace(t *testing.T) {
 	t.Parallel()
-	p := newPipeline()
-	sender := &heldSender{arrived: make(chan string, 4), release: make(chan struct{}, 4)}
-	sender.script = []sendResult{answer(200), answer(200), answer(200)}
-	p.deliver.Sender = sender
-	p.deliver.Requests = make(chan struct{}, 4)
-	reports := make(chan application.Attempted, 1)
-	p.deliver.Report = func(res application.Attempted, err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		reports <- res
-	}
-	sub := p.subscribe(t, "busy")
-	done := make(chan error, 2)
-	for range 2 {
-		_, id := p.fannedOut(t, sub)
-		go func() {
-			_, err := p.handle(context.Background(), id)
-			done <- err
-		}()
-		<-sender.arrived
-	}
+	p, sender, reports, sub, done := atItsShare(t, "busy", 3)
 
 	ev, over := p.fannedOut(t, sub)
 	res, err := p.handle(context.Background(), over)
@@ -282,28 +261,7 @@ func TestADeliveryOverItsShareWaitsInTheWorkerForAPlace(t *testing.T) {
 // it would have been at once without parking, and reported.
 func TestAParkedDeliveryWithoutAPlaceIsPostponed(t *testing.T) {
 	t.Parallel()
-	p := newPipeline()
-	sender := &heldSender{arrived: make(chan string, 4), release: make(chan struct{}, 4)}
-	sender.script = []sendResult{answer(200), answer(200)}
-	p.deliver.Sender = sender
-	p.deliver.Requests = make(chan struct{}, 4)
-	reports := make(chan application.Attempted, 1)
-	p.deliver.Report = func(res application.Attempted, err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		reports <- res
-	}
-	sub := p.subscribe(t, "hang")
-	done := make(chan error, 2)
-	for range 2 {
-		_, id := p.fannedOut(t, sub)
-		go func() {
-			_, err := p.handle(context.Background(), id)
-			done <- err
-		}()
-		<-sender.arrived
-	}
+	p, sender, reports, sub, done := atItsShare(t, "hang", 2)
 	_, over := p.fannedOut(t, sub)
 	if res, err := p.handle(context.Background(), over); err != nil || !res.Parked {
 		t.Fatalf("third delivery = %+v, %v; want parked", res, err)
@@ -325,4 +283,38 @@ func TestAParkedDeliveryWithoutAPlaceIsPostponed(t *testing.T) {
 	if n := application.SharesHeld(p.deliver, sub.ID); n != 0 {
 		t.Errorf("share holds %d, want none", n)
 	}
+}
+
+// atItsShare is a worker of 4 request slots whose Report sends to reports,
+// with two requests of one subscription (of eventType) held at its
+// endpoint (sender): the subscription's fair share of the worker. The
+// sender answers 200 to the first answers requests; each handled delivery
+// tells done when it ends.
+func atItsShare(t *testing.T, eventType string, answers int) (*pipeline, *heldSender, chan application.Attempted, domain.Subscription, chan error) {
+	t.Helper()
+	p := newPipeline()
+	sender := &heldSender{arrived: make(chan string, 4), release: make(chan struct{}, 4)}
+	for range answers {
+		sender.script = append(sender.script, answer(200))
+	}
+	p.deliver.Sender = sender
+	p.deliver.Requests = make(chan struct{}, 4)
+	reports := make(chan application.Attempted, 1)
+	p.deliver.Report = func(res application.Attempted, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		reports <- res
+	}
+	sub := p.subscribe(t, eventType)
+	done := make(chan error, 2)
+	for range 2 {
+		_, id := p.fannedOut(t, sub)
+		go func() {
+			_, err := p.handle(context.Background(), id)
+			done <- err
+		}()
+		<-sender.arrived
+	}
+	return p, sender, reports, sub, done
 }

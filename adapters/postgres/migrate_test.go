@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
@@ -18,12 +19,7 @@ import (
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	require.NoError(t, err)
+	pool, provider := migrated(t)
 	latest, err := provider.GetDBVersion(ctx)
 	require.NoError(t, err)
 	require.Positive(t, latest, "the template database should be migrated")
@@ -72,12 +68,8 @@ func TestMigrate(t *testing.T) {
 func TestIdempotencyKeysMoveToTheirOwnTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	require.NoError(t, err)
-	_, err = provider.DownTo(ctx, 16)
+	pool, provider := migrated(t)
+	_, err := provider.DownTo(ctx, 16)
 	require.NoError(t, err)
 	exec := func(sql string, args ...any) {
 		t.Helper()
@@ -120,4 +112,16 @@ func TestIdempotencyKeysMoveToTheirOwnTable(t *testing.T) {
 	assert.Error(t, err, "the unique index is back")
 	_, err = provider.UpTo(ctx, 17)
 	require.NoError(t, err)
+}
+
+// migrated is a migrated database of t's own, and the goose provider of
+// its migrations, to move it up and down.
+func migrated(t *testing.T) (*pgxpool.Pool, *goose.Provider) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	require.NoError(t, err)
+	return pool, provider
 }
