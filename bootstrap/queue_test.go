@@ -43,17 +43,8 @@ func deleteNATSStreams(t *testing.T, cfg bootstrap.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(ctx, cfg.NATSURL)
-	if err != nil {
+	if err := nats.DeleteDeployment(ctx, cfg.NATSURL, cfg.QueuePrefix); err != nil {
 		t.Fatalf("NATS at %s: %v", cfg.NATSURL, err)
-	}
-	defer nc.Close()
-	q, err := nats.NewQueue(nc, nats.QueueOptions{Prefix: cfg.QueuePrefix})
-	if err == nil {
-		err = q.DeleteStreams(ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

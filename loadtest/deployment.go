@@ -611,16 +611,7 @@ func (g cpuGroups) union(other cpuGroups) cpuGroups {
 // Kafka's topics stay (a test cluster in memory, or the brokers'
 // retention); Redis keys go by prefix (deleteKeys).
 func deleteNATSStreams(ctx context.Context, cfg bootstrap.Config) error {
-	nc, err := nats.Connect(ctx, cfg.NATSURL)
-	if err != nil {
-		return fmt.Errorf("delete the run's NATS streams: %w", err)
-	}
-	defer nc.Close()
-	q, err := nats.NewQueue(nc, nats.QueueOptions{Prefix: cfg.QueuePrefix})
-	if err == nil {
-		err = q.DeleteStreams(ctx)
-	}
-	if err != nil {
+	if err := nats.DeleteDeployment(ctx, cfg.NATSURL, cfg.QueuePrefix); err != nil {
 		return fmt.Errorf("delete the run's NATS streams: %w", err)
 	}
 	return nil

@@ -645,3 +645,19 @@ func (q *Queue) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// DeleteDeployment connects to url and deletes the JetStream streams of the
+// queue prefix (Queue.DeleteStreams): to retire a deployment, or what a
+// test or a load run made.
+func DeleteDeployment(ctx context.Context, url, prefix string) error {
+	nc, err := Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q, err := NewQueue(nc, QueueOptions{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	return q.DeleteStreams(ctx)
+}
