@@ -206,9 +206,10 @@ func (q *Queue) Publish(ctx context.Context, stream string, entries ...ports.Ent
 }
 
 func (q *Queue) xaddArgs(key string, e ports.Entry) *goredis.XAddArgs {
-	values := []string{bodyField, e.Body}
-	if e.Key != "" {
-		values = append(values, keyField, e.Key)
+	// One allocation per entry, on the append's hot path.
+	values := []string{bodyField, e.Body, keyField, e.Key}
+	if e.Key == "" {
+		values = values[:2]
 	}
 	return &goredis.XAddArgs{
 		Stream: key,
