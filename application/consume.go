@@ -47,14 +47,6 @@ type Consumer struct {
 	// AckBatch is the most entries one acknowledgement takes; 0 means
 	// DefaultAckBatch. A full batch goes at once, without waiting AckDelay.
 	AckBatch int
-	// ReadWait, when positive, trades latency for larger batches: after a
-	// read that brought entries but did not fill, the next read waits
-	// ReadWait, so that it carries what arrived meanwhile and every step
-	// after it (takes, records, acknowledgements, the endpoints'
-	// protection) works in larger batches with fewer wake-ups. A full read
-	// never waits: more is already there. An entry waits at most ReadWait
-	// longer; the handlers in flight go on meanwhile.
-	ReadWait time.Duration
 }
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
@@ -138,12 +130,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		} else {
 			run(msgs)
-		}
-		if wait := c.ReadWait; wait > 0 && len(msgs) < want {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
 		}
 	}
 	wg.Wait()

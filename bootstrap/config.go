@@ -44,9 +44,6 @@ const (
 	// MinAPIKeyLength is the shortest API key the API accepts: a shorter
 	// one could be guessed.
 	MinAPIKeyLength = 32
-	// MaxWorkerReadWait bounds WorkerReadWait: a longer wait would leave a
-	// delivery unread for longer than anyone would trade for CPU.
-	MaxWorkerReadWait = time.Second
 	// DefaultQueue is the queue adapter of DISPATCH_QUEUE.
 	DefaultQueue = QueueRedis
 	// DefaultQueuePartitions is how many partitions the delivery stream is
@@ -137,11 +134,6 @@ type Config struct {
 	// WorkerConcurrency is how many deliveries one worker process attempts at
 	// once.
 	WorkerConcurrency int
-	// WorkerReadWait trades latency for CPU: how long a worker waits
-	// before reading more deliveries after a read that did not fill, so
-	// that it reads, takes, records and acknowledges them in larger batches
-	// (application.Consumer.ReadWait); 0, the default, never waits.
-	WorkerReadWait time.Duration
 	// InlineFanOutMax is the most deliveries an event may have to be fanned
 	// out in its ingest transaction; 0 turns inline fan-out off.
 	InlineFanOutMax int
@@ -271,7 +263,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*durationValue)(&c.VisibilityTimeout), "visibility-timeout", "idle time before unacknowledged work is handed out again")
 	parse((*intValue)(&c.AttemptBodyBytes), "attempt-body-bytes", "bytes of an endpoint's response body each attempt keeps (0: none)")
 	parse((*intValue)(&c.WorkerConcurrency), "worker-concurrency", "deliveries one worker attempts at once, and the most connections it opens to one endpoint host")
-	parse((*durationValue)(&c.WorkerReadWait), "worker-read-wait", "how long a worker waits before reading more deliveries after a read that did not fill, to handle them in larger batches: less CPU per delivery, up to this much more latency (0: never waits)")
 	parse((*intValue)(&c.InlineFanOutMax), "inline-fanout-max", "most deliveries an event may have to be fanned out at ingest (0: always through the fan-out stage)")
 	parse((*int64Value)(&c.FanOutMaxUnread), "fanout-max-unread", "delivery-stream entries the workers may have left to read before fan-out waits for them (0: never waits)")
 	parse((*int64Value)(&c.MaxEventBytes), "max-event-bytes", "largest publish request body (bytes)")
@@ -321,7 +312,6 @@ func (c *Config) Validate() error {
 	check(c.SchedulerBatchSize >= 1 && c.SchedulerBatchSize <= 10000, "scheduler-batch-size must be 1..10000, got %d", c.SchedulerBatchSize)
 	check(c.VisibilityTimeout >= 10*time.Millisecond, "visibility-timeout must be at least 10ms, got %s", c.VisibilityTimeout)
 	check(c.WorkerConcurrency >= 1 && c.WorkerConcurrency <= 10000, "worker-concurrency must be 1..10000, got %d", c.WorkerConcurrency)
-	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= MaxWorkerReadWait, "worker-read-wait must be 0..%s, got %s", MaxWorkerReadWait, c.WorkerReadWait)
 	check(c.AttemptBodyBytes >= 0 && c.AttemptBodyBytes <= domain.MaxResponseBody, "attempt-body-bytes must be 0..%d, got %d", domain.MaxResponseBody, c.AttemptBodyBytes)
 	check(c.MaxEventBytes >= 1024, "max-event-bytes must be at least 1024, got %d", c.MaxEventBytes)
 	check(c.MaxBodyBytes >= 1024, "max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

@@ -81,31 +81,6 @@ func testSetting[T comparable](t *testing.T, env string, get func(bootstrap.Conf
 	}
 }
 
-// testZeroToASecondSetting checks a duration setting of 0..1s (the worker's
-// read waits, the protection lease): its variable and flag, and a clear
-// error naming what was wrong.
-func testZeroToASecondSetting(t *testing.T, env, flagName string, get func(bootstrap.Config) time.Duration) {
-	t.Helper()
-	testSetting(t, env, get, []settingCase[time.Duration]{
-		{"0", nil, 0},
-		{"64ms", nil, 64 * time.Millisecond},
-		{"1s", nil, time.Second},
-		{"64ms", []string{"--" + flagName, "8ms"}, 8 * time.Millisecond},
-	}, map[string]string{
-		"-1ms":   flagName + " must be 0..1s, got -1ms",
-		"1001ms": flagName + " must be 0..1s, got 1.001s",
-		"soon":   "$" + env,
-	})
-}
-
-func TestWorkerReadWaitConfig(t *testing.T) {
-	if got := bootstrap.DefaultConfig().WorkerReadWait; got != 0 {
-		t.Errorf("default = %s, want 0: a worker reads as soon as it can unless told otherwise", got)
-	}
-	testZeroToASecondSetting(t, "DISPATCH_WORKER_READ_WAIT", "worker-read-wait",
-		func(c bootstrap.Config) time.Duration { return c.WorkerReadWait })
-}
-
 func TestMaxBodyBytesConfig(t *testing.T) {
 	if got := bootstrap.DefaultConfig().MaxBodyBytes; got != 1<<20 {
 		t.Errorf("default = %d, want 1048576", got)

@@ -189,7 +189,6 @@ var workerModule = fx.Module("worker",
 		deliverConsumer := &application.Consumer{
 			Queue: queue, Stream: ports.DeliveryStream, Group: application.DeliverGroup, Name: name,
 			Batch: 64, Block: time.Second, Concurrency: handlersFor(cfg.WorkerConcurrency), PerEntry: true, OnError: onErr,
-			ReadWait: cfg.WorkerReadWait,
 			Valid: func(body string) bool {
 				id, _ := application.DeliveryEntry(body)
 				return domain.IsID(domain.DeliveryIDPrefix, id)

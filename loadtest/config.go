@@ -83,9 +83,6 @@ type Config struct {
 	// WorkerConcurrency sets DISPATCH_WORKER_CONCURRENCY of the workers;
 	// 0 keeps Dispatch's default.
 	WorkerConcurrency int `json:"worker_concurrency,omitempty"`
-	// WorkerReadWait sets DISPATCH_WORKER_READ_WAIT of the workers; 0 keeps
-	// Dispatch's default (no wait).
-	WorkerReadWait time.Duration `json:"worker_read_wait,omitempty"`
 	// LogLevel is the log level of the Dispatch roles the tool starts.
 	LogLevel string `json:"-"`
 
@@ -186,7 +183,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", c.Workers, "worker processes to start (0: one worker inside this process)")
 	fs.StringVar(&c.DispatchBin, "dispatch-bin", c.DispatchBin, "dispatch binary for worker processes (default: go build it into a temporary directory)")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", c.WorkerConcurrency, "DISPATCH_WORKER_CONCURRENCY of the workers (0: Dispatch's default)")
-	fs.DurationVar(&c.WorkerReadWait, "worker-read-wait", c.WorkerReadWait, "DISPATCH_WORKER_READ_WAIT of the workers: their wait between reads that did not fill (0: Dispatch's default, none)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level of the Dispatch roles started")
 	fs.IntVar(&c.Events, "events", c.Events, "events to publish (0: publish for --duration)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long to publish at most (0: "+DefaultPublishCap.String()+" when --events is set)")
@@ -234,7 +230,6 @@ func (c Config) Validate() error {
 		check(c.QueuePartitions >= 0 && c.QueuePartitions <= bootstrap.MaxQueuePartitions, "--queue-partitions must be 0..%d, got %d", bootstrap.MaxQueuePartitions, c.QueuePartitions)
 	}
 	check(c.WorkerConcurrency >= 0 && c.WorkerConcurrency <= 10000, "--worker-concurrency must be 0..10000, got %d", c.WorkerConcurrency)
-	check(c.WorkerReadWait >= 0 && c.WorkerReadWait <= bootstrap.MaxWorkerReadWait, "--worker-read-wait must be 0..%s, got %s", bootstrap.MaxWorkerReadWait, c.WorkerReadWait)
 	check(c.Events >= 0, "--events must not be negative, got %d", c.Events)
 	check(c.Duration >= 0, "--duration must not be negative, got %s", c.Duration)
 	check(c.Events > 0 || c.Duration > 0, "set --events or --duration")

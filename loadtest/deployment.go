@@ -113,7 +113,6 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	if cfg.WorkerConcurrency > 0 {
 		dc.WorkerConcurrency = cfg.WorkerConcurrency
 	}
-	dc.WorkerReadWait = cfg.WorkerReadWait
 	// The run's queue, under a prefix of its own like its Redis keys.
 	dc.Queue = cmp.Or(cfg.Queue, dc.Queue)
 	dc.QueuePartitions = cmp.Or(cfg.QueuePartitions, dc.QueuePartitions)
@@ -269,7 +268,6 @@ func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap
 		"DISPATCH_REDIS_KEY_PREFIX="+cfg.RedisKeyPrefix,
 		"DISPATCH_ALLOWED_TARGETS=127.0.0.1/32",
 		"DISPATCH_WORKER_CONCURRENCY="+strconv.Itoa(cfg.WorkerConcurrency),
-		"DISPATCH_WORKER_READ_WAIT="+cfg.WorkerReadWait.String(),
 		"DISPATCH_LOG_LEVEL="+cfg.LogLevel,
 		"DISPATCH_QUEUE="+cfg.Queue,
 		"DISPATCH_QUEUE_PARTITIONS="+strconv.Itoa(cfg.QueuePartitions),

@@ -138,10 +138,6 @@ func TestFlagsOverrideTheWorkload(t *testing.T) {
 		cfg.ReceiverLatency != 200*time.Millisecond || cfg.MaxInFlight != 50 || rf.plotPath != "x.png" {
 		t.Errorf("config = %+v, want W5 quick with 3 subscriptions", cfg)
 	}
-	cfg, _, err = parseRun([]string{"--workload", "W3", "--worker-read-wait", "5ms"}, &bytes.Buffer{})
-	if err != nil || cfg.WorkerReadWait != 5*time.Millisecond {
-		t.Errorf("--worker-read-wait 5ms: %s, %v; want 5ms", cfg.WorkerReadWait, err)
-	}
 	cfg, _, err = parseRun([]string{"--ingest-only", "--events", "10"}, &bytes.Buffer{})
 	if err != nil || cfg.Subscriptions != 0 || cfg.Events != 10 {
 		t.Errorf("--ingest-only: %+v, %v; want no subscriptions", cfg, err)
@@ -152,8 +148,6 @@ func TestFlagsOverrideTheWorkload(t *testing.T) {
 		{"--target", "http://127.0.0.1:8080"},
 		{"--receiver-failure-rate", "1.5"},
 		{"--events", "0"},
-		{"--worker-read-wait", "2s"},
-		{"--worker-read-wait", "-1ms"},
 	} {
 		if _, _, err := parseRun(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseRun(%q): no error", args)

@@ -42,15 +42,16 @@ type workerBatchers struct {
 	releases *batch.Batcher[*outcomeCall[releaseWrite]]
 }
 
-// recordLinger is how long a batch of attempt records waits for more
-// before it is written. The endpoint has answered by then, so nobody waits
+// recordLinger is the longest a batch of attempt records waits for company
+// (batch.Limits.Linger), which it does only while outcomes come often
+// enough to bring some. The endpoint has answered by then, so nobody waits
 // on the record but the worker's slot and, for an ordered delivery, the
-// next one in line (2 ms more per hop); at a light load (1,000 deliveries/s)
-// it turns batches of one into batches of a few, which share a statement,
-// a commit and a wake-up instead of paying each alone. Claims and
-// postponements do not wait: they stand between an event and its
-// endpoint.
-const recordLinger = 2 * time.Millisecond
+// next one in line; at a light load (1,000 deliveries/s) it turns batches
+// of one into batches of several, which share a statement, a commit and
+// a wake-up instead of paying each alone. Claims and postponements do not
+// wait: they stand between an event and its endpoint, and come in the
+// batches of the queue reads anyway.
+const recordLinger = 5 * time.Millisecond
 
 // newWorkerBatchers makes s's group commits of the worker's statements
 // (New calls it, like the events batcher).

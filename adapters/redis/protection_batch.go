@@ -25,14 +25,15 @@ const (
 	// loopback) and sent 1.7 times as many round trips, each a write and a
 	// read syscall on a machine short of CPU.
 	protectionWriters = 1
-	// finishLinger is how long a pipeline of Finish runs waits for more
-	// before it goes. The endpoint has answered by then: the slot comes
-	// back and the breaker learns the outcome that much later, which
-	// costs a 200 ms endpoint 1 % of its max_in_flight and saves a round
-	// trip per delivery under light load (see postgres.recordLinger for
-	// what it measured). Admit does not wait: it stands between an event
-	// and its endpoint.
-	finishLinger = 2 * time.Millisecond
+	// finishLinger is the longest a pipeline of Finish runs waits for
+	// company (batch.Limits.Linger), which it does only while runs come
+	// often enough to bring some. The endpoint has answered by then: the
+	// slot comes back and the breaker learns the outcome that much later,
+	// which costs a 200 ms endpoint at most 2.5 % of its max_in_flight
+	// and saves a round trip per delivery under light load (as
+	// postgres.recordLinger). Admit does not wait: it stands between an
+	// event and its endpoint.
+	finishLinger = 5 * time.Millisecond
 )
 
 // protectionScript runs one of Protection's scripts for concurrent callers

@@ -16,8 +16,14 @@
 // may be written at once: while one waits for its commit (a WAL flush, a
 // round trip), the next is already on its way.
 //
-// Rule of dependency: standard library only. The adapters that batch writes
-// (postgres, redis) import it; it knows nothing about what they write.
+// A leader may first linger for company (Limits.Linger): how long follows
+// the arrival rate of calls, as domain.Linger decides, so an idle Batcher
+// never waits and a busy one waits only until its batch is as big as the
+// rate promises.
+//
+// Rule of dependency: the standard library and domain's Linger. The
+// adapters that batch writes (postgres, redis) import it; it knows nothing
+// about what they write.
 package batch
 
 import (
@@ -28,6 +34,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dispatch-webhooks/dispatch/domain"
 )
 
 // DefaultMaxItems is the batch size cap when Limits.MaxItems is 0.
@@ -50,15 +58,19 @@ type Limits[T any] struct {
 	MaxWeight int
 	// Weigh returns an item's weight; nil weighs every item 1.
 	Weigh func(T) int
-	// Linger is how long a leader waits before it takes its batch, so that
-	// calls arriving meanwhile share its round trip; 0 means not at all.
-	// Every call then waits that much longer, so it suits writes nobody is
-	// kept waiting for, such as a delivery's outcome once the endpoint
-	// has answered. Under light load it turns batches of one into batches
-	// of a few (fewer round trips, fewer wake-ups); under heavy load the
-	// batches fill during the write anyway. It also caps a writer at
-	// MaxItems per Linger plus the write: keep it well below that.
+	// Linger is the longest a leader waits for company before it takes
+	// its batch, so that calls arriving meanwhile share its round trip; 0
+	// means never. It waits only while the calls' arrival rate promises
+	// company within Linger, and only until the batch holds what the rate
+	// promises or MaxItems (domain.Linger): an idle Batcher never waits, a
+	// steady trickle turns batches of one into batches of several (fewer
+	// round trips, fewer wake-ups), and a busy one fills its batches
+	// quickly. Every call in a batch that waited returns that much later,
+	// so the longest waits suit writes nobody is kept waiting for.
 	Linger time.Duration
+	// Enough is the batch size a lingering leader is content with
+	// (domain.Linger.Enough); 0 means MaxItems.
+	Enough int
 	// Writers is how many batches may be written at once; 0 means 1.
 	// Batches written at once commit in any order.
 	Writers int
@@ -79,6 +91,10 @@ type Batcher[T any] struct {
 	// leaders counts the callers writing a batch or promoted to write one;
 	// at most limits.Writers.
 	leaders int
+	// linger follows the calls' arrival rate (see Limits.Linger).
+	linger domain.Linger
+	// company, while a leader lingers, is closed when a call arrives.
+	company chan struct{}
 }
 
 // New returns a Batcher that writes batches with write.
@@ -87,7 +103,7 @@ func New[T any](write WriteFunc[T], limits Limits[T]) *Batcher[T] {
 		limits.MaxItems = DefaultMaxItems
 	}
 	limits.Writers = max(limits.Writers, 1)
-	return &Batcher[T]{write: write, limits: limits}
+	return &Batcher[T]{write: write, limits: limits, linger: domain.Linger{Max: limits.Linger, Enough: limits.Enough}}
 }
 
 // callState is where a call is; it changes under Batcher.mu only.
@@ -133,8 +149,19 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 		return err
 	}
 	c := &call[T]{ctx: ctx, item: item, wake: make(chan struct{})}
+	var now time.Time
+	if b.limits.Linger > 0 {
+		now = time.Now()
+	}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
+	if b.limits.Linger > 0 {
+		b.linger.Arrived(now, 1)
+		if b.company != nil {
+			close(b.company)
+			b.company = nil
+		}
+	}
 	if b.leaders < b.limits.Writers {
 		b.leaders++
 		c.state = promoted
@@ -190,11 +217,9 @@ func (b *Batcher[T]) Waiting() int {
 }
 
 // lead writes one batch, starting with self (the head of pending), after
-// Linger, then wakes its callers and hands leadership on.
+// lingering for company, then wakes its callers and hands leadership on.
 func (b *Batcher[T]) lead(self *call[T]) {
-	if b.limits.Linger > 0 {
-		time.Sleep(b.limits.Linger)
-	}
+	b.lingerForCompany()
 	b.mu.Lock()
 	batch := b.take(self)
 	b.mu.Unlock()
@@ -219,6 +244,44 @@ func (b *Batcher[T]) lead(self *call[T]) {
 	}()
 	b.writeBatch(self.ctx, batch)
 	finished = true
+}
+
+// lingerForCompany waits as long as domain.Linger says a batch of what is
+// pending should wait for company: until that company has come, the wait
+// ran out, or none came for the Linger's patience.
+func (b *Batcher[T]) lingerForCompany() {
+	if b.limits.Linger <= 0 {
+		return
+	}
+	b.mu.Lock()
+	wait, more := b.linger.Wait(len(b.pending), b.limits.MaxItems)
+	if wait <= 0 || b.company != nil { // another leader lingers already
+		b.mu.Unlock()
+		return
+	}
+	target, patience := len(b.pending)+more, b.linger.Patience()
+	deadline := time.Now().Add(wait)
+	for {
+		company := make(chan struct{})
+		b.company = company
+		b.mu.Unlock()
+		timer := time.NewTimer(min(patience, time.Until(deadline)))
+		var arrived bool
+		select {
+		case <-company:
+			arrived = true
+		case <-timer.C:
+		}
+		timer.Stop()
+		b.mu.Lock()
+		if b.company == company {
+			b.company = nil
+		}
+		if !arrived || len(b.pending) >= target || !time.Now().Before(deadline) {
+			b.mu.Unlock()
+			return
+		}
+	}
 }
 
 // take removes the next batch from pending: self, the leader, then the

@@ -194,30 +194,61 @@ func TestCallersArrivingDuringAWriteShareTheNext(t *testing.T) {
 	assert.Equal(t, [][]int{{0}, {1, 2, 3, 4, 5}}, r.snapshot(), "callers that arrived during a write share the next batch, in arrival order")
 }
 
-func TestLingerLetsCallersArrivingMeanwhileShareTheBatch(t *testing.T) {
+// TestLingerWaitsForCompanyOnlyWhenItIsComing checks the linger's two
+// sides: the first call, with no rate known, goes at once however long
+// Linger is; the next, half a second later, makes the rate one call per
+// half second, so its leader waits for the four that would fill its batch
+// (up to 2 s, and as long for each), and the wait ends as soon as they
+// have come, not when it runs out.
+func TestLingerWaitsForCompanyOnlyWhenItIsComing(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	// Long enough for the callers below to queue on a loaded machine; the
-	// test takes that long.
-	const linger = 2 * time.Second
-	b := batch.New(r.write, batch.Limits[int]{Linger: linger})
+	b := batch.New(r.write, batch.Limits[int]{Linger: time.Hour, MaxItems: 5})
+	require.NoError(t, b.Commit(t.Context(), 0), "the first call goes at once")
+	require.Equal(t, [][]int{{0}}, r.snapshot())
+	time.Sleep(500 * time.Millisecond) // the gap the rate is estimated from
+
 	out := make(chan outcome, 10)
 	start := time.Now()
-	commitAsync(t.Context(), b, 0, out)
-	eventually(t, func() bool { return b.Waiting() == 1 }, "the first caller to lead")
-	for i := 1; i <= 4; i++ {
+	commitAsync(t.Context(), b, 1, out)
+	eventually(t, func() bool { return b.Waiting() == 1 }, "the next caller to lead")
+	for i := 2; i <= 5; i++ {
 		commitAsync(t.Context(), b, i, out)
 	}
-	eventually(t, func() bool { return b.Waiting() == 5 }, "the other callers to queue")
-	require.Empty(t, r.snapshot(), "nothing is written before the linger ends")
 	for range 5 {
 		require.NoError(t, receive(t, out, "every caller").err)
 	}
-	assert.GreaterOrEqual(t, time.Since(start), linger, "the leader waited its linger")
+	assert.Less(t, time.Since(start), 1500*time.Millisecond, "the wait ended when the batch filled")
 	batches := r.snapshot()
-	require.Len(t, batches, 1, "callers arriving while the leader lingers share its batch (without a linger: {0}, then the rest): %v", batches)
-	assert.Equal(t, 0, batches[0][0], "the leader's item comes first")
-	assert.ElementsMatch(t, []int{0, 1, 2, 3, 4}, batches[0])
+	require.Len(t, batches, 2, "callers arriving while the leader lingers share its batch: %v", batches)
+	assert.Equal(t, 1, batches[1][0], "the leader's item comes first")
+	assert.ElementsMatch(t, []int{1, 2, 3, 4, 5}, batches[1])
+}
+
+// TestLingerGivesUpWhenCompanyStops runs callers in a closed loop, each
+// committing again only once its last commit returned, against a write
+// that takes a millisecond: whatever the rate, no caller is left to join a
+// lingering batch, and the linger's patience (a few gaps between arrivals)
+// ends each wait. Without it every batch would wait for the company the
+// rate promises, about a tenth of a second here (Linger is an hour), and
+// the rounds below would take seconds.
+func TestLingerGivesUpWhenCompanyStops(t *testing.T) {
+	t.Parallel()
+	b := batch.New(func(_ context.Context, items []int, _ []error) {
+		time.Sleep(time.Millisecond)
+	}, batch.Limits[int]{Linger: time.Hour})
+	const callers, rounds = 4, 50
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for range rounds {
+				assert.NoError(t, b.Commit(t.Context(), i))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(start), 3*time.Second, "batches waited for company that could not come")
 }
 
 // TestLeaderLetsRunnableCallersJoin starts callers the way a consumer
