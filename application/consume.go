@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
@@ -39,10 +40,12 @@ type Consumer struct {
 	// OnError is told about read and ack failures (for logs and metrics).
 	OnError func(err error)
 	// AckDelay is the longest a finished entry waits for others to be
-	// acknowledged with it in one call; 0 means DefaultAckDelay. Entries
-	// finished while an acknowledgement is under way wait for it to end,
-	// so under load one call acknowledges many, and a lone entry waits no
-	// longer than AckDelay.
+	// acknowledged with it in one call; 0 means DefaultAckDelay. It waits
+	// only while entries finish often enough that others are expected
+	// within AckDelay (domain.Linger): after a quiet spell an entry is
+	// acknowledged at once. Entries finished while an acknowledgement is
+	// under way wait for it to end, so under load one call acknowledges
+	// many.
 	AckDelay time.Duration
 	// AckBatch is the most entries one acknowledgement takes; 0 means
 	// DefaultAckBatch. A full batch goes at once, without waiting AckDelay.
@@ -143,7 +146,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // acknowledge acknowledges the ids that arrive on finished, in batches: a
 // batch starts with the first id to arrive and takes whatever else arrives
-// within AckDelay, or until it holds AckBatch ids, then goes in one call.
+// while it lingers for company (at most AckDelay), or until it holds
+// AckBatch ids, then goes in one call.
 // When finished is closed it acknowledges what it holds and returns.
 func (c *Consumer) acknowledge(ctx context.Context, finished <-chan []string) {
 	delay := c.AckDelay
@@ -154,6 +158,7 @@ func (c *Consumer) acknowledge(ctx context.Context, finished <-chan []string) {
 	if limit <= 0 {
 		limit = DefaultAckBatch
 	}
+	linger := domain.Linger{Max: delay}
 	timer := time.NewTimer(delay)
 	timer.Stop()
 	var pending []string
@@ -171,22 +176,26 @@ func (c *Consumer) acknowledge(ctx context.Context, finished <-chan []string) {
 			return
 		}
 		pending = append(pending, ids...)
-		timer.Reset(delay)
-	collect:
-		for len(pending) < limit {
-			select {
-			case ids, ok := <-finished:
-				if !ok {
-					timer.Stop()
-					flush()
-					return
+		linger.Arrived(time.Now(), len(ids))
+		if wait, _ := linger.Wait(len(pending), limit); wait > 0 {
+			timer.Reset(wait)
+		collect:
+			for len(pending) < limit {
+				select {
+				case ids, ok := <-finished:
+					if !ok {
+						timer.Stop()
+						flush()
+						return
+					}
+					pending = append(pending, ids...)
+					linger.Arrived(time.Now(), len(ids))
+				case <-timer.C:
+					break collect
 				}
-				pending = append(pending, ids...)
-			case <-timer.C:
-				break collect
 			}
+			timer.Stop()
 		}
-		timer.Stop()
 		flush()
 	}
 }

@@ -236,6 +236,40 @@ func TestConsumerBatchesAcknowledgements(t *testing.T) {
 	}
 }
 
+// TestConsumerAcknowledgesLoneEntryAtOnce checks that an entry finished
+// after a quiet spell does not wait for company (AckDelay is an hour):
+// nothing suggests any is coming.
+func TestConsumerAcknowledgesLoneEntryAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{})}
+	if err := q.Publish(ctx, "s", queuetest.Entries("a")...); err != nil {
+		t.Fatal(err)
+	}
+	c := &application.Consumer{
+		Queue: q, Stream: "s", Group: "g", Name: "c1", Batch: 10, Block: 10 * time.Millisecond,
+		AckDelay: time.Hour, PerEntry: true, Concurrency: 4,
+		Handle: func(_ context.Context, msgs []ports.Message) []string { return []string{msgs[0].ID} },
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if ids, _ := q.acked(); len(ids) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a lone entry waited for company to be acknowledged")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // TestConsumerAcknowledgesFullBatchAtOnce checks that a batch that reaches
 // AckBatch goes without waiting for AckDelay.
 func TestConsumerAcknowledgesFullBatchAtOnce(t *testing.T) {
