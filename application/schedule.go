@@ -59,6 +59,13 @@ type Schedule struct {
 	// taken (W5 lost 5–10 % that way, where a tenth of a second's pause
 	// lost nothing).
 	CatchUp time.Duration
+	// History, when set, ages the delivery history out: each tick it makes
+	// the windows ahead and drops what is older than Retention and
+	// terminal (SPEC §5).
+	History ports.Retention
+	// Retention is how long history is kept; domain.DefaultRetention when
+	// zero.
+	Retention time.Duration
 }
 
 // Swept counts what one Tick re-enqueued.
@@ -72,6 +79,8 @@ type Swept struct {
 	DeletionBatches int
 	// ExpiredKeys counts the idempotency keys it freed.
 	ExpiredKeys int
+	// History is what its history maintenance did.
+	History ports.Maintenance
 }
 
 // Tick runs one pass of every scan. It keeps going after a failed scan and
@@ -123,6 +132,16 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		n, err := uc.finishDeletions(ctx)
 		out.DeletionBatches = n
 		errs = append(errs, err)
+	}
+
+	if uc.History != nil {
+		// Cheap when there is nothing to do (a catalog read); one replica
+		// at a time does it, the others skip.
+		m, err := uc.History.MaintainHistory(ctx, now, cmp.Or(uc.Retention, domain.DefaultRetention))
+		out.History = m
+		if err != nil {
+			errs = append(errs, fmt.Errorf("maintain history: %w", err))
+		}
 	}
 
 	for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
