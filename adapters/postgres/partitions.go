@@ -366,6 +366,9 @@ func (m *maintenance) drop(ctx context.Context, w *window) error {
 		m.done.Waiting++
 		return m.complete(ctx, w)
 	}
+	if err := m.freeKeys(ctx, w); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(w.parts))
 	for _, p := range w.parts {
 		names = append(names, p.name)
@@ -374,6 +377,26 @@ func (m *maintenance) drop(ctx context.Context, w *window) error {
 		return err
 	}
 	m.done.Dropped++
+	return nil
+}
+
+// freeKeys deletes the idempotency keys owned by w's events, which are
+// about to go: a key whose event is gone is free even within its window
+// (a retention shorter than DISPATCH_IDEMPOTENCY_WINDOW). An event's key
+// was claimed at its creation, the time in its id, so created_at bounds
+// the keys for their index (with a second's slack for a clock stepped
+// back) and the id range picks exactly the window's.
+func (m *maintenance) freeKeys(ctx context.Context, w *window) error {
+	lower := ""
+	if !w.start.IsZero() {
+		lower = domain.IDBound(domain.EventIDPrefix, w.start)
+	}
+	_, err := m.conn.Exec(ctx, `DELETE FROM idempotency_keys
+		WHERE created_at < $1 AND event_id >= $2 AND event_id < $3`,
+		w.end.Add(time.Second), lower, domain.IDBound(domain.EventIDPrefix, w.end))
+	if err != nil {
+		return fmt.Errorf("maintain history: free the keys of window %s: %w", w.suffix, err)
+	}
 	return nil
 }
 

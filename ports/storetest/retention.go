@@ -44,9 +44,10 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 
 	// event stores an event made at at; with a delivery whose one attempt
 	// left it in status, unless status is "" (never fanned out).
-	event := func(at time.Time, status domain.DeliveryStatus) (domain.Event, domain.Delivery) {
+	event := func(at time.Time, status domain.DeliveryStatus, key string) (domain.Event, domain.Delivery) {
 		t.Helper()
 		e := newEvent(at)
+		e.IdempotencyKey = key
 		_, _, err := store.CreateEvent(ctx, e, at.Add(-time.Hour))
 		require.NoError(t, err)
 		if status == "" {
@@ -62,9 +63,9 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 		return e, d
 	}
 	// Half a retention apart: never in one window.
-	delivered, deliveredTo := event(now, domain.DeliveryDelivered)
-	retrying, retryingTo := event(now.Add(retention/2), domain.DeliveryRetrying)
-	unfanned, _ := event(now.Add(retention), "")
+	delivered, deliveredTo := event(now, domain.DeliveryDelivered, "export-1")
+	retrying, retryingTo := event(now.Add(retention/2), domain.DeliveryRetrying, "")
+	unfanned, _ := event(now.Add(retention), "", "")
 
 	later := now.Add(10 * retention)
 	_, err := store.MaintainHistory(ctx, later, retention)
@@ -82,6 +83,12 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 	assert.Len(t, attempts, 1, "with its delivery's attempts")
 	_, err = store.GetEvent(ctx, unfanned.ID)
 	require.NoError(t, err, "an event not fanned out stays")
+	// Its key is free, though its idempotency window (a day) is not over.
+	again := newEvent(later)
+	again.IdempotencyKey = "export-1"
+	_, created, err := store.CreateEvent(ctx, again, later.Add(-24*time.Hour))
+	require.NoError(t, err)
+	assert.True(t, created, "the key of an event that is gone is free")
 
 	retryingTo.Status, retryingTo.Attempts = domain.DeliveryDead, 2
 	_, err = store.RecordAttempt(ctx, retryingTo, domain.Attempt{
