@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 	// left it in status, unless status is "" (never fanned out).
 	event := func(at time.Time, status domain.DeliveryStatus, key string) (domain.Event, domain.Delivery) {
 		t.Helper()
-		e := newEvent(at)
+		e := eventAt(t, at)
 		e.IdempotencyKey = key
 		_, _, err := store.CreateEvent(ctx, e, at.Add(-time.Hour))
 		require.NoError(t, err)
@@ -84,7 +85,7 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 	_, err = store.GetEvent(ctx, unfanned.ID)
 	require.NoError(t, err, "an event not fanned out stays")
 	// Its key is free, though its idempotency window (a day) is not over.
-	again := newEvent(later)
+	again := eventAt(t, later)
 	again.IdempotencyKey = "export-1"
 	_, created, err := store.CreateEvent(ctx, again, later.Add(-24*time.Hour))
 	require.NoError(t, err)
@@ -102,4 +103,16 @@ func testRetention(t *testing.T, newStore func(t *testing.T, now time.Time, rete
 	assert.ErrorIs(t, err, domain.ErrNotFound)
 	_, err = store.GetEvent(ctx, unfanned.ID)
 	require.NoError(t, err, "an event not fanned out still stays")
+}
+
+// eventAt is newEvent with an id of at's time: not from the process's
+// monotonic source, which after another test's id years ahead would make
+// ids of that time.
+func eventAt(t *testing.T, at time.Time) domain.Event {
+	t.Helper()
+	e := newEvent(at)
+	id, err := domain.NewID(domain.EventIDPrefix, at, rand.Reader)
+	require.NoError(t, err)
+	e.ID = id
+	return e
 }
