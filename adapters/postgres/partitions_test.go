@@ -224,3 +224,41 @@ func TestMaintenanceNeverQueuesHotStatements(t *testing.T) {
 	_, err = f.store.GetDelivery(ctx, live.ID)
 	assert.ErrorIs(t, err, domain.ErrNotFound)
 }
+
+// TestMaintenanceFinishesWhatACrashLeft: a partition made but not
+// attached (a crash between the two) is attached by the next call, and
+// one detached but not dropped goes with its window.
+func TestMaintenanceFinishesWhatACrashLeft(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newHistoryFixture(t)
+	_, err := f.store.MaintainHistory(ctx, f.now, time.Minute)
+	require.NoError(t, err)
+	before := f.partitions(t)
+	_, d := f.delivery(t, f.now, domain.DeliveryDelivered)
+	var current, ahead string
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM deliveries WHERE id = $1`, d.ID).Scan(&current))
+	require.NoError(t, f.pool.QueryRow(ctx, `
+		SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'events'::regclass ORDER BY c.relname DESC LIMIT 1`).Scan(&ahead))
+	_, err = f.pool.Exec(ctx, "ALTER TABLE deliveries DETACH PARTITION "+current)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, "ALTER TABLE events DETACH PARTITION "+ahead)
+	require.NoError(t, err)
+
+	done, err := f.store.MaintainHistory(ctx, f.now, time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, done.Created)
+	assert.Equal(t, before, f.partitions(t), "both attached again")
+	got, err := f.store.GetDelivery(ctx, d.ID)
+	require.NoError(t, err)
+	assert.Equal(t, d.ID, got.ID)
+
+	_, err = f.pool.Exec(ctx, "ALTER TABLE deliveries DETACH PARTITION "+current)
+	require.NoError(t, err)
+	_, err = f.store.MaintainHistory(ctx, f.now.Add(10*time.Minute), time.Minute)
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = $1`, current).Scan(&left))
+	assert.Zero(t, left, "the detached partition went with its window")
+}
