@@ -121,8 +121,39 @@ FROM events e;
 -- +goose Down
 -- Back to plain tables: the legacy partitions are detached, the rows of
 -- every later window moved into them, and the parents (with those
--- windows) dropped.
+-- windows) dropped. A legacy partition the retention dropped already is
+-- made again, empty, first, with the names the rest expects.
 DROP VIEW event_states;
+
+-- +goose StatementBegin
+DO $$
+DECLARE
+    t text;
+    upper text;
+    idx record;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['events', 'deliveries', 'attempts'] LOOP
+        CONTINUE WHEN to_regclass(t || '_legacy') IS NOT NULL;
+        SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']*)''\)')) INTO upper
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = t::regclass;
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)%s',
+            t || '_legacy', t, CASE WHEN t = 'deliveries' THEN ' WITH (fillfactor = 70)' ELSE '' END);
+        EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (%I < %L)', t || '_legacy', t || '_legacy_bound',
+            CASE WHEN t = 'attempts' THEN 'delivery_id' ELSE 'id' END, coalesce(upper, '~'));
+        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (MINVALUE) TO (%L)',
+            t, t || '_legacy', coalesce(upper, '~'));
+        -- The indexes the attach made, named as migration 00018's Up left them.
+        FOR idx IN SELECT ci.relname AS child, pi.relname AS parent
+                   FROM pg_inherits i JOIN pg_class ci ON ci.oid = i.inhrelid JOIN pg_class pi ON pi.oid = i.inhparent
+                   JOIN pg_index x ON x.indexrelid = ci.oid
+                   WHERE x.indrelid = (t || '_legacy')::regclass LOOP
+            CONTINUE WHEN idx.child = t || '_legacy_' || substring(idx.parent FROM length(t) + 2);
+            EXECUTE format('ALTER INDEX %I RENAME TO %I', idx.child, t || '_legacy_' || substring(idx.parent FROM length(t) + 2));
+        END LOOP;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
 
 ALTER TABLE events DETACH PARTITION events_legacy;
 ALTER TABLE deliveries DETACH PARTITION deliveries_legacy;

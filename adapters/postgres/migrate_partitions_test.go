@@ -113,3 +113,33 @@ func TestPartitionMigrationKeepsAMillionDeliveries(t *testing.T) {
 		VALUES ('dlv_dup', 'evt_00000000000000000000000001', 'sub_00000000000000000000000000', 'pending', now(), now(), now())`)
 	assert.ErrorContains(t, err, "deliveries_event_id_subscription_id_key", "the unique pair is back")
 }
+
+// TestPartitionMigrationDownAfterTheLegacyWindowWasDropped: once the
+// retention dropped the legacy partitions, the Down section makes them
+// again and still keeps every row of the later windows.
+func TestPartitionMigrationDownAfterTheLegacyWindowWasDropped(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newHistoryFixture(t)
+	later := f.now.Add(2 * time.Hour)
+	done, err := f.store.MaintainHistory(ctx, later, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, done.Dropped, "the legacy window")
+	e, d := f.delivery(t, later, domain.DeliveryRetrying)
+
+	db := stdlib.OpenDBFromPool(f.pool)
+	t.Cleanup(func() { _ = db.Close() })
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	require.NoError(t, err)
+	_, err = provider.DownTo(ctx, 17)
+	require.NoError(t, err)
+	var events, deliveries, attempts int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM events WHERE id = $1), (SELECT count(*) FROM deliveries WHERE id = $2),
+		(SELECT count(*) FROM attempts WHERE delivery_id = $2)`, e.ID, d.ID).Scan(&events, &deliveries, &attempts))
+	assert.Equal(t, [3]int{1, 1, 1}, [3]int{events, deliveries, attempts})
+	var unique bool
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint
+		WHERE conname = 'deliveries_event_id_subscription_id_key')`).Scan(&unique))
+	assert.True(t, unique, "the plain tables are whole again")
+}
