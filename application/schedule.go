@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -66,7 +67,19 @@ type Schedule struct {
 	// Retention is how long history is kept; domain.DefaultRetention when
 	// zero.
 	Retention time.Duration
+	// HistoryInterval is the least time between two maintenances of the
+	// history, so that ticks in quick succession (CatchUp) do not each
+	// read the catalog; DefaultHistoryInterval when zero. Windows are made
+	// two ahead, so a few seconds' delay costs nothing.
+	HistoryInterval time.Duration
+
+	// lastHistory is when the history was last maintained (Unix
+	// nanoseconds of the Clock), 0 before the first time.
+	lastHistory atomic.Int64
 }
+
+// DefaultHistoryInterval is Schedule.HistoryInterval's default.
+const DefaultHistoryInterval = 5 * time.Second
 
 // Swept counts what one Tick re-enqueued.
 type Swept struct {
@@ -134,7 +147,7 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		errs = append(errs, err)
 	}
 
-	if uc.History != nil {
+	if uc.History != nil && uc.historyDue(now) {
 		// Cheap when there is nothing to do (a catalog read); one replica
 		// at a time does it, the others skip.
 		m, err := uc.History.MaintainHistory(ctx, now, cmp.Or(uc.Retention, domain.DefaultRetention))
@@ -150,6 +163,16 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// historyDue reports whether the history is due for maintenance at now,
+// and if so marks it done at now.
+func (uc *Schedule) historyDue(now time.Time) bool {
+	last := uc.lastHistory.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < cmp.Or(uc.HistoryInterval, DefaultHistoryInterval) {
+		return false
+	}
+	return uc.lastHistory.CompareAndSwap(last, now.UnixNano())
 }
 
 // Run ticks until ctx ends, and tells report each tick's outcome. After a

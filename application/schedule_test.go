@@ -227,3 +227,34 @@ func TestScheduleReportsAFailedMaintenanceAndGoesOn(t *testing.T) {
 	_, err := s.Tick(t.Context())
 	assert.ErrorContains(t, err, "maintain history: lock table: boom")
 }
+
+// countingHistory counts maintenances.
+type countingHistory struct {
+	ports.Retention
+	calls int
+}
+
+func (h *countingHistory) MaintainHistory(context.Context, time.Time, time.Duration) (ports.Maintenance, error) {
+	h.calls++
+	return ports.Maintenance{}, nil
+}
+
+// TestScheduleMaintainsHistoryAtMostEveryInterval: ticks in quick
+// succession (catching up on a backlog) maintain the history once.
+func TestScheduleMaintainsHistoryAtMostEveryInterval(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	history := &countingHistory{}
+	s := &application.Schedule{Events: p.store, Deliveries: p.store, Queue: idleStreams{p.queue}, Clock: p.clock,
+		BatchSize: 10, Consumer: "s", History: history}
+	for range 3 {
+		_, err := s.Tick(t.Context())
+		require.NoError(t, err)
+		p.clock.Advance(time.Second)
+	}
+	assert.Equal(t, 1, history.calls, "once in the first 3 s")
+	p.clock.Advance(application.DefaultHistoryInterval)
+	_, err := s.Tick(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, history.calls, "again once the interval passed")
+}

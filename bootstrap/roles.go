@@ -235,6 +235,8 @@ var schedulerModule = fx.Module("scheduler",
 			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
 			IdempotencyWindow: cfg.IdempotencyWindow, Consumer: consumerName("scheduler"),
 			Retention: cfg.Retention,
+			// Every fifth tick at most, whatever the catch-up ticks.
+			HistoryInterval: 5 * cfg.SchedulerPollInterval,
 		}
 		if history, ok := store.(ports.Retention); ok {
 			schedule.History = history
