@@ -28,7 +28,8 @@ const (
 // and events whose append to a stream was lost, deliveries whose worker died
 // mid-attempt, and stream entries whose consumer died before acknowledging.
 // It also trims what every consumer group has finished from the streams,
-// and frees the idempotency keys whose window ended.
+// frees the idempotency keys whose window ended, and ages the delivery
+// history out (History).
 // Any number of schedulers may run at once.
 type Schedule struct {
 	Events     ports.EventStore
@@ -60,9 +61,9 @@ type Schedule struct {
 	// taken (W5 lost 5–10 % that way, where a tenth of a second's pause
 	// lost nothing).
 	CatchUp time.Duration
-	// History, when set, ages the delivery history out: each tick it makes
-	// the windows ahead and drops what is older than Retention and
-	// terminal (SPEC §5).
+	// History, when set, ages the delivery history out: a tick (at most
+	// one per HistoryInterval) makes the windows ahead and drops what is
+	// older than Retention and terminal (SPEC §5).
 	History ports.Retention
 	// Retention is how long history is kept; domain.DefaultRetention when
 	// zero.
