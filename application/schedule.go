@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/domain"
@@ -27,7 +28,8 @@ const (
 // and events whose append to a stream was lost, deliveries whose worker died
 // mid-attempt, and stream entries whose consumer died before acknowledging.
 // It also trims what every consumer group has finished from the streams,
-// and frees the idempotency keys whose window ended.
+// frees the idempotency keys whose window ended, and ages the delivery
+// history out (History).
 // Any number of schedulers may run at once.
 type Schedule struct {
 	Events     ports.EventStore
@@ -59,7 +61,26 @@ type Schedule struct {
 	// taken (W5 lost 5–10 % that way, where a tenth of a second's pause
 	// lost nothing).
 	CatchUp time.Duration
+	// History, when set, ages the delivery history out: a tick (at most
+	// one per HistoryInterval) makes the windows ahead and drops what is
+	// older than Retention and terminal (SPEC §5).
+	History ports.Retention
+	// Retention is how long history is kept; domain.DefaultRetention when
+	// zero.
+	Retention time.Duration
+	// HistoryInterval is the least time between two maintenances of the
+	// history, so that ticks in quick succession (CatchUp) do not each
+	// read the catalog; DefaultHistoryInterval when zero. Windows are made
+	// two ahead, so a few seconds' delay costs nothing.
+	HistoryInterval time.Duration
+
+	// lastHistory is when the history was last maintained (Unix
+	// nanoseconds of the Clock), 0 before the first time.
+	lastHistory atomic.Int64
 }
+
+// DefaultHistoryInterval is Schedule.HistoryInterval's default.
+const DefaultHistoryInterval = 5 * time.Second
 
 // Swept counts what one Tick re-enqueued.
 type Swept struct {
@@ -72,6 +93,8 @@ type Swept struct {
 	DeletionBatches int
 	// ExpiredKeys counts the idempotency keys it freed.
 	ExpiredKeys int
+	// History is what its history maintenance did.
+	History ports.Maintenance
 }
 
 // Tick runs one pass of every scan. It keeps going after a failed scan and
@@ -125,12 +148,32 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		errs = append(errs, err)
 	}
 
+	if uc.History != nil && uc.historyDue(now) {
+		// Cheap when there is nothing to do (a catalog read); one replica
+		// at a time does it, the others skip.
+		m, err := uc.History.MaintainHistory(ctx, now, cmp.Or(uc.Retention, domain.DefaultRetention))
+		out.History = m
+		if err != nil {
+			errs = append(errs, fmt.Errorf("maintain history: %w", err))
+		}
+	}
+
 	for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
 		if err := uc.Queue.Trim(ctx, stream); err != nil {
 			errs = append(errs, fmt.Errorf("trim %s: %w", stream, err))
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// historyDue reports whether the history is due for maintenance at now,
+// and if so marks it done at now.
+func (uc *Schedule) historyDue(now time.Time) bool {
+	last := uc.lastHistory.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < cmp.Or(uc.HistoryInterval, DefaultHistoryInterval) {
+		return false
+	}
+	return uc.lastHistory.CompareAndSwap(last, now.UnixNano())
 }
 
 // Run ticks until ctx ends, and tells report each tick's outcome. After a

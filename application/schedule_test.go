@@ -3,6 +3,7 @@ package application_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -181,4 +182,79 @@ func TestScheduleFreesIdempotencyKeysWhenTheirWindowEnds(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, second.Replayed)
 	assert.NotEqual(t, first.Event.ID, second.Event.ID)
+}
+
+// TestScheduleAgesHistoryOut: each tick maintains the history with the
+// configured retention; an event with no delivery left to make is gone
+// once it is older than the retention.
+func TestScheduleAgesHistoryOut(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	p := newPipeline()
+	s := &application.Schedule{Events: p.store, Deliveries: p.store, Queue: idleStreams{p.queue}, Clock: p.clock,
+		BatchSize: 10, Consumer: "s", History: p.store, Retention: time.Hour}
+	published, err := p.ingest.Publish(ctx, domain.NewEventInput{Type: "a", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, p.fanout.Handle(ctx, []string{published.Event.ID}))
+
+	p.clock.Advance(59 * time.Minute)
+	swept, err := s.Tick(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, swept.History.Dropped, "within the retention it stays")
+	_, err = p.store.GetEvent(ctx, published.Event.ID)
+	require.NoError(t, err)
+
+	p.clock.Advance(2 * time.Minute)
+	swept, err = s.Tick(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, swept.History.Dropped)
+	_, err = p.store.GetEvent(ctx, published.Event.ID)
+	assert.ErrorIs(t, err, domain.ErrNotFound)
+}
+
+// failingHistory fails every maintenance.
+type failingHistory struct{ ports.Retention }
+
+func (failingHistory) MaintainHistory(context.Context, time.Time, time.Duration) (ports.Maintenance, error) {
+	return ports.Maintenance{}, errors.New("lock table: boom")
+}
+
+func TestScheduleReportsAFailedMaintenanceAndGoesOn(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	s := &application.Schedule{Events: p.store, Deliveries: p.store, Queue: idleStreams{p.queue}, Clock: p.clock,
+		BatchSize: 10, Consumer: "s", History: failingHistory{}}
+	_, err := s.Tick(t.Context())
+	assert.ErrorContains(t, err, "maintain history: lock table: boom")
+}
+
+// countingHistory counts maintenances.
+type countingHistory struct {
+	ports.Retention
+	calls int
+}
+
+func (h *countingHistory) MaintainHistory(context.Context, time.Time, time.Duration) (ports.Maintenance, error) {
+	h.calls++
+	return ports.Maintenance{}, nil
+}
+
+// TestScheduleMaintainsHistoryAtMostEveryInterval: ticks in quick
+// succession (catching up on a backlog) maintain the history once.
+func TestScheduleMaintainsHistoryAtMostEveryInterval(t *testing.T) {
+	t.Parallel()
+	p := newPipeline()
+	history := &countingHistory{}
+	s := &application.Schedule{Events: p.store, Deliveries: p.store, Queue: idleStreams{p.queue}, Clock: p.clock,
+		BatchSize: 10, Consumer: "s", History: history}
+	for range 3 {
+		_, err := s.Tick(t.Context())
+		require.NoError(t, err)
+		p.clock.Advance(time.Second)
+	}
+	assert.Equal(t, 1, history.calls, "once in the first 3 s")
+	p.clock.Advance(application.DefaultHistoryInterval)
+	_, err := s.Tick(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, history.calls, "again once the interval passed")
 }

@@ -151,6 +151,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// IdempotencyWindow is how long an idempotency key is remembered.
 	IdempotencyWindow time.Duration
+	// Retention is how long delivery history (events, deliveries,
+	// attempts) is kept once terminal (SPEC §5).
+	Retention time.Duration
 	// SecretRotationOverlap is how long a rotated-out secret keeps signing.
 	SecretRotationOverlap time.Duration
 	// LogLevel is debug, info, warn or error.
@@ -201,6 +204,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:            DefaultMaxBodyBytes,
 		RequestTimeout:          DefaultRequestTimeout,
 		IdempotencyWindow:       application.DefaultIdempotencyWindow,
+		Retention:               domain.DefaultRetention,
 		SecretRotationOverlap:   domain.DefaultRotationOverlap,
 		LogLevel:                "info",
 		BreakerFailureThreshold: domain.DefaultBreakerConfig().FailureThreshold,
@@ -269,6 +273,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	parse((*int64Value)(&c.MaxBodyBytes), "max-body-bytes", "largest request body of any route but publish (bytes)")
 	parse((*durationValue)(&c.RequestTimeout), "request-timeout", "deadline of an API request, down to PostgreSQL")
 	parse((*durationValue)(&c.IdempotencyWindow), "idempotency-window", "how long an idempotency key is remembered")
+	parse((*durationValue)(&c.Retention), "retention", "how long delivery history is kept once terminal (at least 1m)")
 	parse((*durationValue)(&c.SecretRotationOverlap), "secret-rotation-overlap", "how long a rotated-out signing secret keeps signing")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	parse((*intValue)(&c.BreakerFailureThreshold), "breaker-failure-threshold", "consecutive failures that open a subscription's circuit")
@@ -324,6 +329,7 @@ func (c *Config) Validate() error {
 	check(c.InlineFanOutMax >= 0 && c.InlineFanOutMax <= 1000, "inline-fanout-max must be 0..1000, got %d", c.InlineFanOutMax)
 	check(c.FanOutMaxUnread >= 0, "fanout-max-unread must be at least 0, got %d", c.FanOutMaxUnread)
 	check(c.IdempotencyWindow >= time.Minute, "idempotency-window must be at least 1m, got %s", c.IdempotencyWindow)
+	check(c.Retention >= domain.MinRetention, "retention must be at least 1m, got %s", c.Retention)
 	check(c.SecretRotationOverlap >= 0 && c.SecretRotationOverlap <= 30*24*time.Hour,
 		"secret-rotation-overlap must be 0..720h, got %s", c.SecretRotationOverlap)
 	_, err := c.slogLevel()

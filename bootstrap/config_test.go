@@ -108,6 +108,20 @@ func TestRequestTimeoutConfig(t *testing.T) {
 	})
 }
 
+func TestRetentionConfig(t *testing.T) {
+	if got := bootstrap.DefaultConfig().Retention; got != 720*time.Hour {
+		t.Errorf("default = %s, want 720h", got)
+	}
+	testSetting(t, "DISPATCH_RETENTION", func(c bootstrap.Config) time.Duration { return c.Retention }, []settingCase[time.Duration]{
+		{"1m", nil, time.Minute},
+		{"168h", []string{"--retention", "24h"}, 24 * time.Hour},
+	}, map[string]string{
+		"59s":     "retention must be at least 1m, got 59s",
+		"0":       "retention must be at least 1m, got 0s",
+		"forever": "$DISPATCH_RETENTION",
+	})
+}
+
 // An API key shorter than 32 characters stops every role, naming the
 // setting, the key's place and length, and never the key.
 func TestShortAPIKeysAreRefused(t *testing.T) {

@@ -26,7 +26,7 @@ func TestSchedulerExportsWhatEachTableKeeps(t *testing.T) {
 		require.NoError(c, err)
 		tables := map[string]map[string]float64{}
 		for _, f := range families {
-			if f.GetName() != "dispatch_retained_rows" && f.GetName() != "dispatch_table_bytes" {
+			if f.GetName() != "dispatch_retained_rows" && f.GetName() != "dispatch_table_bytes" && f.GetName() != "dispatch_partitions" {
 				continue
 			}
 			tables[f.GetName()] = map[string]float64{}
@@ -41,6 +41,8 @@ func TestSchedulerExportsWhatEachTableKeeps(t *testing.T) {
 		assert.Len(c, tables["dispatch_retained_rows"], 3, "rows of events, deliveries and attempts")
 		for _, table := range []string{"events", "deliveries", "attempts"} {
 			assert.Positive(c, tables["dispatch_table_bytes"][table], "bytes of %s", table)
+			// The legacy partition and the windows made on start.
+			assert.GreaterOrEqual(c, tables["dispatch_partitions"][table], 3.0, "partitions of %s", table)
 		}
 	}, 10*time.Second, 50*time.Millisecond)
 }

@@ -98,14 +98,22 @@ func connectPostgres(lc fx.Lifecycle, cfg Config, connect func(context.Context, 
 	return pool, nil
 }
 
-// migrateOnStart applies pending migrations before anything else starts.
-var migrateOnStart = fx.Invoke(func(pool *pgxpool.Pool, log *slog.Logger) error {
+// migrateOnStart applies pending migrations before anything else starts,
+// then makes sure the history has windows for what is written from now on
+// (the scheduler keeps making them; a process that starts first, or
+// alone, must not find none).
+var migrateOnStart = fx.Invoke(func(pool *pgxpool.Pool, cfg Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := postgres.Migrate(ctx, pool); err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
 	log.Info("migrations applied")
+	done, err := postgres.New(pool).MaintainHistory(ctx, time.Now(), cfg.Retention)
+	if err != nil {
+		return fmt.Errorf("make history windows: %w", err)
+	}
+	log.Info("history windows checked", "windows_made", done.Created, "windows_dropped", done.Dropped, "skipped", done.Skipped)
 	return nil
 })
 

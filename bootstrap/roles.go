@@ -233,6 +233,12 @@ var schedulerModule = fx.Module("scheduler",
 			Events: store, Deliveries: store, Subscriptions: store, Queue: queue, Clock: clock,
 			BatchSize: cfg.SchedulerBatchSize, VisibilityTimeout: cfg.VisibilityTimeout,
 			IdempotencyWindow: cfg.IdempotencyWindow, Consumer: consumerName("scheduler"),
+			Retention: cfg.Retention,
+			// Every fifth tick at most, whatever the catch-up ticks.
+			HistoryInterval: 5 * cfg.SchedulerPollInterval,
+		}
+		if history, ok := store.(ports.Retention); ok {
+			schedule.History = history
 		}
 		backlog, _ := store.(ports.Backlog)
 		storage, _ := store.(ports.Storage)
@@ -257,6 +263,9 @@ var schedulerModule = fx.Module("scheduler",
 				m.Requeued("unfanned_event", swept.UnfannedEvents)
 				m.Requeued("reclaimed_event", swept.ReclaimedEvents)
 				m.Requeued("reclaimed_delivery", swept.ReclaimedDelivs)
+				if h := swept.History; h.Created > 0 || h.Dropped > 0 {
+					log.Info("history maintained", "windows_made", h.Created, "windows_dropped", h.Dropped, "windows_waiting", h.Waiting)
+				}
 			})
 		})
 	}),
@@ -269,6 +278,15 @@ const gaugeInterval = 5 * time.Second
 // exportGauges refreshes the backlog and stream-lag gauges; a backend that
 // cannot tell is skipped.
 func exportGauges(ctx context.Context, log *slog.Logger, m *metrics.Metrics, backlog ports.Backlog, storage ports.Storage, lagging ports.StreamLag) {
+	if history, ok := storage.(ports.Retention); ok {
+		if counts, err := history.Partitions(ctx); err == nil {
+			for table, n := range counts {
+				m.Partitions(table, n)
+			}
+		} else if ctx.Err() == nil {
+			log.Warn("partitions gauge not refreshed", "error", err)
+		}
+	}
 	if storage != nil {
 		if usage, err := storage.TableUsage(ctx); err == nil {
 			for _, u := range usage {

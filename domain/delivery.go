@@ -71,7 +71,7 @@ func NewDelivery(event Event, sub Subscription, now time.Time) Delivery {
 func NewDeliveryTo(event Event, to Subscriber, now time.Time) Delivery {
 	now = now.UTC().Truncate(time.Microsecond)
 	return Delivery{
-		ID:             MustNewID(DeliveryIDPrefix, now),
+		ID:             DeliveryID(event.ID, to.ID, now),
 		EventID:        event.ID,
 		SubscriptionID: to.ID,
 		Status:         DeliveryPending,

@@ -13,6 +13,10 @@ var ErrNotFound = errors.New("not found")
 // example retrying a delivery that is already delivered.
 var ErrConflict = errors.New("conflict")
 
+// ErrInvalidID is returned (wrapped) when a string is not an id of the
+// expected kind.
+var ErrInvalidID = errors.New("invalid id")
+
 // ValidationError reports one invalid input field. Field is the JSON name of
 // the field (with a dotted path for nested fields), Message says what was
 // wrong with which value.

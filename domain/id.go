@@ -3,7 +3,9 @@ package domain
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -102,4 +104,57 @@ func IsID(prefix, s string) bool {
 		}
 	}
 	return true
+}
+
+// ulidTimeDigits is how many leading digits of a ULID hold its 48-bit
+// millisecond time: the first digit carries 3 bits, the next nine 5 each.
+const ulidTimeDigits = 10
+
+// IDTime returns the time an id was made at: the milliseconds in the first
+// 48 bits of its ULID. It fails when id is not an id with prefix (IsID).
+func IDTime(prefix, id string) (time.Time, error) {
+	if !IsID(prefix, id) {
+		return time.Time{}, fmt.Errorf("%w: %q is not an id with prefix %q", ErrInvalidID, id, prefix)
+	}
+	var ms uint64
+	for _, c := range []byte(id[len(prefix) : len(prefix)+ulidTimeDigits]) {
+		ms = ms<<5 | uint64(strings.IndexByte(crockford, c))
+	}
+	return time.UnixMilli(int64(ms)).UTC(), nil
+}
+
+// IDBound returns the smallest id with prefix made at t or later: the ULID
+// of t's millisecond with an all-zero rest. Time-partitioned tables bound
+// their windows with it, so that [IDBound(t0), IDBound(t1)) holds exactly
+// the ids made in [t0, t1), in byte order.
+func IDBound(prefix string, t time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixMilli())<<16)
+	return prefix + encodeULID(b)
+}
+
+// DeliveryID returns the id of event eventID's delivery to subscription
+// subscriptionID: a ULID whose time is the event id's and whose other 80
+// bits are the first 10 bytes of SHA-256 over both ids. The same pair
+// always gets the same id, so the primary key alone keeps an event to one
+// delivery per subscription (the unique index on the pair cannot exist on a
+// table partitioned by id), and a delivery falls in its event's time
+// window, so an event and everything about it age out together. Deliveries
+// of one event sort by the hash, not by when they were made; nothing needs
+// them in creation order, and pages by id still follow the events' order.
+// When eventID is not an event id (it always is in stored events) the time
+// is fallback's.
+func DeliveryID(eventID, subscriptionID string, fallback time.Time) string {
+	at, err := IDTime(EventIDPrefix, eventID)
+	if err != nil {
+		at = fallback
+	}
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixMilli())<<16)
+	h := sha256.New()
+	h.Write([]byte(eventID))
+	h.Write([]byte{0}) // ids hold no NUL: the pair is unambiguous
+	h.Write([]byte(subscriptionID))
+	copy(b[6:], h.Sum(nil))
+	return DeliveryIDPrefix + encodeULID(b)
 }

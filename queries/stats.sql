@@ -14,8 +14,9 @@ GROUP BY 1;
 -- name: TableUsage :many
 -- The storage gauges: each history table's rows, as the planner's
 -- statistics estimate them (kept by autovacuum; -1 before a table was
--- first analyzed), and the bytes it takes with its indexes and TOAST,
--- partitions included.
+-- first analyzed), and the bytes it takes with its indexes and TOAST:
+-- the sums over its partitions (the partitioned parent, relkind 'p',
+-- holds nothing and would count the rows again).
 SELECT
     t.name::text AS name,
     coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS rows,
@@ -23,7 +24,7 @@ SELECT
 FROM unnest(ARRAY['events', 'deliveries', 'attempts']::text[]) AS t(name)
 LEFT JOIN pg_catalog.pg_class c
     ON c.relnamespace = current_schema()::regnamespace
-   AND c.relkind IN ('r', 'p')
+   AND c.relkind = 'r'
    AND (c.relname = t.name OR c.oid IN (
         SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = to_regclass(t.name)))
 GROUP BY t.name

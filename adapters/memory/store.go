@@ -870,3 +870,47 @@ func normalizeDelivery(d domain.Delivery) domain.Delivery {
 	d.UpdatedAt = normalizeTime(d.UpdatedAt)
 	return d
 }
+
+// MaintainHistory implements ports.Retention without windows: it removes
+// every event made before now - retention that is fanned out and whose
+// deliveries are all terminal, with those deliveries, their attempts and
+// the event's idempotency key; Dropped counts the events removed, Waiting
+// those kept for a live delivery. Nothing needs making ahead.
+func (s *Store) MaintainHistory(_ context.Context, now time.Time, retention time.Duration) (ports.Maintenance, error) {
+	if err := domain.ValidateRetention(retention); err != nil {
+		return ports.Maintenance{}, err
+	}
+	cutoff := now.Add(-retention)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var done ports.Maintenance
+	for id, e := range s.events {
+		if !e.event.CreatedAt.Before(cutoff) {
+			continue
+		}
+		live := !e.fannedOut
+		for _, did := range s.eventDeliveries[id] {
+			if d := s.deliveries[did]; d != nil && !d.delivery.Status.Terminal() {
+				live = true
+			}
+		}
+		if live {
+			done.Waiting++
+			continue
+		}
+		for _, did := range s.eventDeliveries[id] {
+			delete(s.deliveries, did)
+			delete(s.attempts, did)
+		}
+		delete(s.eventDeliveries, id)
+		if key := e.event.IdempotencyKey; key != "" && s.idempotencyKeys[key] == id {
+			delete(s.idempotencyKeys, key)
+		}
+		delete(s.events, id)
+		done.Dropped++
+	}
+	return done, nil
+}
+
+// Partitions implements ports.Retention: the memory store has none.
+func (s *Store) Partitions(context.Context) (map[string]int, error) { return nil, nil }

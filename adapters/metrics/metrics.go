@@ -32,6 +32,7 @@ type Metrics struct {
 	streamLag       *prometheus.GaugeVec
 	retainedRows    *prometheus.GaugeVec
 	tableBytes      *prometheus.GaugeVec
+	partitions      *prometheus.GaugeVec
 	circuitsOpen    prometheus.Gauge
 
 	mu sync.Mutex
@@ -109,6 +110,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_table_bytes",
 			Help: "Bytes each history table (events, deliveries, attempts) takes on disk with its indexes; exported by the scheduler.",
 		}, []string{"table"}),
+		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dispatch_partitions",
+			Help: "Partitions (time windows) of each history table (events, deliveries, attempts); exported by the scheduler.",
+		}, []string{"table"}),
 		circuitsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dispatch_circuits_open",
 			Help: "Subscriptions whose circuit this worker last saw open and whose open period has not ended.",
@@ -123,7 +128,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.eventsReceived, m.deliveries, m.deliveryLatency, m.attemptDuration, m.enqueueDeferred, m.fanOutHeld, m.fanOutFailures, m.schedulerSwept, m.malformed,
 		m.postponed, m.degraded,
-		m.pending, m.deadLetters, m.streamLag, m.retainedRows, m.tableBytes, m.circuitsOpen)
+		m.pending, m.deadLetters, m.streamLag, m.retainedRows, m.tableBytes, m.partitions, m.circuitsOpen)
 	return m
 }
 
@@ -181,6 +186,11 @@ func (m *Metrics) StreamLag(stream string, lag int64) {
 func (m *Metrics) TableUsage(table string, rows, bytes int64) {
 	m.retainedRows.WithLabelValues(table).Set(float64(rows))
 	m.tableBytes.WithLabelValues(table).Set(float64(bytes))
+}
+
+// Partitions sets the partitions gauge of one table.
+func (m *Metrics) Partitions(table string, n int) {
+	m.partitions.WithLabelValues(table).Set(float64(n))
 }
 
 // Circuit records a breaker state this worker saw for a subscription.

@@ -24,6 +24,7 @@ func TestGauges(t *testing.T) {
 	m.Backlog(map[domain.DeliveryStatus]int64{domain.DeliveryPending: 3, domain.DeliveryRetrying: 2, domain.DeliveryDelivering: 1, domain.DeliveryDead: 7})
 	m.StreamLag("deliveries", 42)
 	m.TableUsage("attempts", 1200, 5<<20)
+	m.Partitions("deliveries", 5)
 	m.Circuit("sub_a", domain.Breaker{Phase: domain.BreakerOpen, OpenUntil: now.Add(time.Minute)}, now)
 	m.Circuit("sub_b", domain.Breaker{Phase: domain.BreakerOpen, OpenUntil: now.Add(time.Second)}, now)
 	if got := metricstest.Value(t, reg, "dispatch_circuits_open"); got != 2 {
@@ -41,6 +42,7 @@ func TestGauges(t *testing.T) {
 		{"dispatch_stream_lag", []string{"stream", "deliveries"}, 42},
 		{"dispatch_retained_rows", []string{"table", "attempts"}, 1200},
 		{"dispatch_table_bytes", []string{"table", "attempts"}, 5 << 20},
+		{"dispatch_partitions", []string{"table", "deliveries"}, 5},
 		{"dispatch_circuits_open", nil, 1},
 	} {
 		if got := metricstest.Value(t, reg, c.name, c.labels...); got != c.want {

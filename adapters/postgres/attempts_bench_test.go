@@ -98,6 +98,7 @@ func setUpAsyncBench(b *testing.B) (*postgres.Store, domain.Subscription) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
+	pgtest.OpenEnded(b, pool)
 	store := postgres.New(pool)
 	sub := benchSubscription(time.Now())
 	if err := store.CreateSubscription(b.Context(), sub); err != nil {

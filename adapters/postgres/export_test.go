@@ -44,3 +44,6 @@ func CopySubscriptions(ctx context.Context, s *Store, subs []domain.Subscription
 	}, pgx.CopyFromRows(rows))
 	return err
 }
+
+// MaintenanceLockKey is the advisory lock MaintainHistory takes.
+const MaintenanceLockKey = maintenanceLockKey

@@ -52,6 +52,7 @@ func tracedPool(t *testing.T) (*pgxpool.Pool, *subscriptionReads) {
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	pgtest.OpenEnded(t, pool)
 	return pool, reads
 }
 

@@ -62,7 +62,10 @@ var server struct {
 // NewDatabase creates a fresh database with every migration applied and
 // returns its connection string. The database is dropped when tb ends. Call
 // it once per test for full isolation, or once per package (from TestMain
-// or a shared helper) for less overhead.
+// or a shared helper) for less overhead. Its history tables have only
+// their legacy partitions (migration 00018): whatever runs on it makes the
+// windows it writes to (postgres.Store.MaintainHistory, as every Dispatch
+// process does on start).
 func NewDatabase(tb testing.TB) string {
 	tb.Helper()
 	admin, template, baseURL := setUp(tb)
@@ -99,9 +102,14 @@ func NewDatabase(tb testing.TB) string {
 
 // NewPool is NewDatabase with a connection pool to the new database; the
 // pool is closed before the database is dropped.
+// Its history tables take rows of any time: a partition from the legacy
+// one's end to MAXVALUE stands in for the windows (store tests write at
+// fixed times, years ahead).
 func NewPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	return open(tb, NewDatabase(tb), postgres.Connect)
+	pool := open(tb, NewDatabase(tb), postgres.Connect)
+	OpenEnded(tb, pool)
+	return pool
 }
 
 // NewPools is NewPool with a second pool to the same database, from
@@ -110,7 +118,35 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 func NewPools(tb testing.TB) (pool, batch *pgxpool.Pool) {
 	tb.Helper()
 	dsn := NewDatabase(tb)
-	return open(tb, dsn, postgres.Connect), open(tb, dsn, postgres.ConnectBatches)
+	pool = open(tb, dsn, postgres.Connect)
+	OpenEnded(tb, pool)
+	return pool, open(tb, dsn, postgres.ConnectBatches)
+}
+
+// OpenEnded adds to each history table of pool's database a partition
+// from its legacy partition's end to MAXVALUE, so the tables take rows of
+// any time without windows (NewPool does it).
+func OpenEnded(tb testing.TB, pool *pgxpool.Pool) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := pool.Exec(ctx, `DO $$
+DECLARE
+    t text;
+    upper text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['events', 'deliveries', 'attempts'] LOOP
+        SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)') INTO upper
+        FROM pg_class c WHERE c.relname = t || '_legacy';
+        -- deliveries are updated in place (fillfactor 70, migration 00006).
+        EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (MAXVALUE) %s',
+            t || '_rest', t, upper, CASE WHEN t = 'deliveries' THEN 'WITH (fillfactor = 70)' ELSE '' END);
+    END LOOP;
+END
+$$`)
+	if err != nil {
+		tb.Fatalf("pgtest: open-ended partitions: %v", err)
+	}
 }
 
 // open connects a pool to dsn and closes it when tb ends. The server's

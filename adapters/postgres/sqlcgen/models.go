@@ -21,9 +21,38 @@ type Attempt struct {
 	CreatedAt      time.Time
 }
 
+type AttemptsLegacy struct {
+	DeliveryID     string
+	SubscriptionID string
+	Attempt        int32
+	StatusCode     pgtype.Int4
+	ResponseBody   []byte
+	Error          string
+	Duration       pgtype.Interval
+	CreatedAt      time.Time
+}
+
 type DeletedSubscription struct {
 	ID      string
 	Version int64
+}
+
+type DeliveriesLegacy struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	Status         string
+	Attempts       int32
+	NextAttemptAt  time.Time
+	EnqueuedAt     pgtype.Timestamptz
+	LastStatusCode pgtype.Int4
+	LastError      string
+	Reason         string
+	OrderingKey    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	LeaseUntil     pgtype.Timestamptz
+	ReservedUntil  pgtype.Timestamptz
 }
 
 type Delivery struct {
@@ -71,6 +100,20 @@ type EventState struct {
 	FanoutFailures int32
 	FailureReason  string
 	Status         string
+}
+
+type EventsLegacy struct {
+	ID             string
+	Type           string
+	Source         string
+	Data           []byte
+	OrderingKey    string
+	IdempotencyKey pgtype.Text
+	FannedOutAt    pgtype.Timestamptz
+	CreatedAt      time.Time
+	EnqueuedAt     pgtype.Timestamptz
+	FanoutFailures int32
+	FailureReason  string
 }
 
 type IdempotencyKey struct {
