@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"image/png"
 	"os/exec"
 	"slices"
 	"strings"
@@ -263,5 +264,30 @@ func TestParseVmRSS(t *testing.T) {
 	}
 	if self, err := CurrentRSS(1 << 30); err == nil {
 		t.Errorf("CurrentRSS of no process = %d, want an error", self)
+	}
+}
+
+// With samples the plot gets a third panel of table sizes and RSS.
+func TestPlotHasASoakPanelWithSamples(t *testing.T) {
+	t.Parallel()
+	r := &Report{Timeline: []Second{{T: 0, Accepted: 10}, {T: 1, Accepted: 12}}}
+	height := func() int {
+		var buf bytes.Buffer
+		if err := r.WritePNG(&buf); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := png.DecodeConfig(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Height
+	}
+	without := height()
+	r.Samples = []SoakSample{
+		{ElapsedSeconds: 1, Tables: []TableSize{{Name: "events", Bytes: 1 << 20}}, RSS: []ProcessRSS{{Name: "worker 1", RSSBytes: 30 << 20}}},
+		{ElapsedSeconds: 2, Tables: []TableSize{{Name: "events", Bytes: 2 << 20}}, RSS: []ProcessRSS{{Name: "worker 1", RSSBytes: 31 << 20}}},
+	}
+	if with := height(); with*2 != without*3 {
+		t.Errorf("plot height %d with samples, %d without; want three panels instead of two", with, without)
 	}
 }
