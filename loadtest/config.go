@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dispatch-webhooks/dispatch/bootstrap"
@@ -85,6 +86,14 @@ type Config struct {
 	WorkerConcurrency int `json:"worker_concurrency,omitempty"`
 	// LogLevel is the log level of the Dispatch roles the tool starts.
 	LogLevel string `json:"-"`
+	// RoleEnv is extra environment (KEY=VALUE) for the Dispatch roles
+	// the tool starts as processes, after and so over its own settings;
+	// the in-process roles take none, so it needs Processes.
+	RoleEnv []string `json:"role_env,omitempty"`
+	// SampleEvery, when positive, samples table sizes, process RSS and
+	// the interval's delivery latency that often while the run publishes
+	// and drains (Report.Samples): a soak's figures.
+	SampleEvery time.Duration `json:"sample_every,omitempty"`
 
 	// Events is how many events to publish; 0 publishes until Duration.
 	Events int `json:"events,omitempty"`
@@ -184,6 +193,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DispatchBin, "dispatch-bin", c.DispatchBin, "dispatch binary for worker processes (default: go build it into a temporary directory)")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", c.WorkerConcurrency, "DISPATCH_WORKER_CONCURRENCY of the workers (0: Dispatch's default)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level of the Dispatch roles started")
+	fs.Func("role-env", "KEY=VALUE added to the environment of the Dispatch processes started (repeatable; needs --processes), e.g. DISPATCH_RETENTION=3m", func(v string) error {
+		c.RoleEnv = append(c.RoleEnv, v)
+		return nil
+	})
+	fs.DurationVar(&c.SampleEvery, "sample-every", c.SampleEvery, "while publishing and draining, sample table sizes, process RSS and delivery latency this often (0: off), e.g. 1m for a soak")
 	fs.IntVar(&c.Events, "events", c.Events, "events to publish (0: publish for --duration)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long to publish at most (0: "+DefaultPublishCap.String()+" when --events is set)")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "target publish rate in events/s (0: as fast as the publishers go)")
@@ -222,11 +236,14 @@ func (c Config) Validate() error {
 		errs = append(errs, checkLoopback(c.Target))
 		check(c.APIKey != "", "--api-key is required with --target")
 		check(c.Queue == "" && c.QueuePartitions == 0, "--queue and --queue-partitions are the target deployment's own: set them there, not with --target")
+		check(len(c.RoleEnv) == 0, "--role-env is for the roles the tool starts: set the target deployment's environment there, not with --target")
+		check(c.SampleEvery == 0, "--sample-every reads the run's own database and processes: it cannot sample a --target deployment")
 	} else {
 		check(c.DatabaseURL != "", "--database-url must be set")
 		check(c.RedisURL != "", "--redis-url must be set")
 		check(c.Workers >= 0 && c.Workers <= 64, "--workers must be 0..64, got %d", c.Workers)
 		check(!c.Processes || c.Workers > 0, "--processes runs every role as a process: --workers must be at least 1")
+		check(len(c.RoleEnv) == 0 || c.Processes, "--role-env needs --processes: api and scheduler in the tool's process take no environment of their own")
 		check(c.QueuePartitions >= 0 && c.QueuePartitions <= bootstrap.MaxQueuePartitions, "--queue-partitions must be 0..%d, got %d", bootstrap.MaxQueuePartitions, c.QueuePartitions)
 	}
 	check(c.WorkerConcurrency >= 0 && c.WorkerConcurrency <= 10000, "--worker-concurrency must be 0..10000, got %d", c.WorkerConcurrency)
@@ -251,6 +268,10 @@ func (c Config) Validate() error {
 	check(c.VerifySample >= 0 && c.VerifySample <= 1, "--verify-sample must be 0..1, got %g", c.VerifySample)
 	check(c.DrainTimeout > 0, "--drain-timeout must be positive, got %s", c.DrainTimeout)
 	check(c.DrainStall > 0, "--drain-stall must be positive, got %s", c.DrainStall)
+	check(c.SampleEvery == 0 || c.SampleEvery >= time.Second, "--sample-every must be 0 (off) or at least 1s, got %s", c.SampleEvery)
+	for _, kv := range c.RoleEnv {
+		errs = append(errs, checkRoleEnv(kv))
+	}
 	return errors.Join(errs...)
 }
 
@@ -267,6 +288,24 @@ func checkLoopback(target string) error {
 	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("--target must be on a loopback address (127.0.0.0/8, ::1, localhost): the receiver listens on 127.0.0.1, got %q", host)
+	}
+	return nil
+}
+
+// checkRoleEnv refuses a --role-env that is not KEY=VALUE with KEY a
+// shell-style variable name.
+func checkRoleEnv(kv string) error {
+	key, _, ok := strings.Cut(kv, "=")
+	if !ok {
+		return fmt.Errorf("--role-env must be KEY=VALUE, got %q (no '=')", kv)
+	}
+	if key == "" {
+		return fmt.Errorf("--role-env must be KEY=VALUE, got %q (empty KEY)", kv)
+	}
+	for i, ch := range key {
+		if ch != '_' && (ch < 'A' || ch > 'Z') && (ch < 'a' || ch > 'z') && (i == 0 || ch < '0' || ch > '9') {
+			return fmt.Errorf("--role-env KEY must be letters, digits and _ not starting with a digit, got %q", key)
+		}
 	}
 	return nil
 }

@@ -58,6 +58,11 @@ type deployment struct {
 
 	admin    *pgx.Conn
 	database string
+	// dsn is the URL of the run's database.
+	dsn string
+	// roleEnv is added last to the environment of each role process
+	// (Config.RoleEnv), so it overrides the tool's own settings.
+	roleEnv  []string
 	redis    *goredis.Client
 	prefix   string
 	apps     []*fx.App // in start order
@@ -85,7 +90,7 @@ type workerProcess struct {
 // startDeployment creates the database and key prefix, migrates, and
 // starts every role; on error it undoes what it did.
 func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr io.Writer) (d *deployment, err error) {
-	d = &deployment{selfPeakNote: startPeakOver()}
+	d = &deployment{selfPeakNote: startPeakOver(), roleEnv: cfg.RoleEnv}
 	defer func() {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -99,6 +104,7 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	if err != nil {
 		return d, err
 	}
+	d.dsn = dsn
 	if err := d.openRedis(ctx, cfg.RedisURL, "loadtest:"+suffix+":"); err != nil {
 		return d, err
 	}
@@ -159,15 +165,7 @@ func (d *deployment) createDatabase(ctx context.Context, serverURL, name string)
 	}
 	// pool_* parameters are for Dispatch's pgxpool (and pass through to
 	// it); a plain connection would send them to the server.
-	admin := *u
-	q := admin.Query()
-	for k := range q {
-		if strings.HasPrefix(k, "pool_") {
-			q.Del(k)
-		}
-	}
-	admin.RawQuery = q.Encode()
-	conn, err := pgx.Connect(ctx, admin.String())
+	conn, err := pgx.Connect(ctx, withoutPoolParams(*u))
 	if err != nil {
 		return "", fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
 	}
@@ -178,6 +176,32 @@ func (d *deployment) createDatabase(ctx context.Context, serverURL, name string)
 	d.database = name
 	u.Path = "/" + name
 	return u.String(), nil
+}
+
+// connect opens a plain connection to the run's database.
+func (d *deployment) connect(ctx context.Context) (*pgx.Conn, error) {
+	u, err := url.Parse(d.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("the run's database URL: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, withoutPoolParams(*u))
+	if err != nil {
+		return nil, fmt.Errorf("connect to the run's database %s: %w", d.database, err)
+	}
+	return conn, nil
+}
+
+// withoutPoolParams is u without its pool_* parameters, for a plain
+// connection.
+func withoutPoolParams(u url.URL) string {
+	q := u.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func (d *deployment) openRedis(ctx context.Context, redisURL, prefix string) error {
@@ -258,7 +282,8 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 }
 
 // startProcess runs `dispatch <role>` against the deployment's backends,
-// with env added to its environment, and waits until /ready on readyAddr
+// with env and then the deployment's roleEnv added to its environment, and
+// waits until /ready on readyAddr
 // answers.
 func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap.Config, role bootstrap.Role, name, readyAddr string, env []string, stderr io.Writer) (*workerProcess, error) {
 	cmd := exec.Command(bin, string(role))
@@ -275,15 +300,7 @@ func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap
 		"NATS_URL="+cfg.NATSURL,
 		"KAFKA_BROKERS="+strings.Join(cfg.KafkaBrokers, ","),
 	)
-	// The process's settings are the ones above and Dispatch's defaults,
-	// whatever DISPATCH_* the caller's environment holds.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") &&
-			!strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "KAFKA_BROKERS=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
+	cmd.Env = processEnv(env, d.roleEnv)
 	cmd.Stdout = io.Discard
 	cmd.Stderr = newPrefixWriter(stderr, "["+name+"] ")
 	if err := cmd.Start(); err != nil {
@@ -317,6 +334,22 @@ func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap
 	}
 }
 
+// processEnv is the environment of a role process: own (the tool's
+// settings), this process's environment less any DISPATCH_* and backend
+// URLs, so that the process's settings are the tool's and Dispatch's
+// defaults, and roleEnv (Config.RoleEnv) last: of duplicate keys exec uses
+// the last, so roleEnv wins.
+func processEnv(own, roleEnv []string) []string {
+	env := slices.Clone(own)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") &&
+			!strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "KAFKA_BROKERS=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, roleEnv...)
+}
+
 // kill ends a process that never became ready.
 func (w *workerProcess) kill() {
 	_ = w.cmd.Process.Kill()
@@ -344,6 +377,22 @@ func (d *deployment) memory() []ProcessMemory {
 		p := ProcessMemory{Name: w.name, PID: w.cmd.Process.Pid}
 		p.PeakRSSBytes, _ = PeakRSS(p.PID)
 		out = append(out, p)
+	}
+	return out
+}
+
+// rss reads the resident memory now of every Dispatch process: the role
+// processes and, when roles run inside it, this one.
+func (d *deployment) rss() []ProcessRSS {
+	var out []ProcessRSS
+	if len(d.roles) == 0 {
+		out = append(out, ProcessRSS{Name: "dispatch-load", PID: os.Getpid()})
+	}
+	for _, w := range append(slices.Clone(d.roles), d.workers...) {
+		out = append(out, ProcessRSS{Name: w.name, PID: w.cmd.Process.Pid})
+	}
+	for i := range out {
+		out[i].RSSBytes, _ = CurrentRSS(out[i].PID)
 	}
 	return out
 }
@@ -477,24 +526,37 @@ func PeakRSS(pid int) (int64, error) {
 	return parseVmHWM(raw)
 }
 
-func parseVmHWM(status []byte) (int64, error) {
+func parseVmHWM(status []byte) (int64, error) { return parseStatusKB(status, "VmHWM") }
+
+// CurrentRSS returns the resident set size (VmRSS) of process pid now.
+func CurrentRSS(pid int) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatusKB(raw, "VmRSS")
+}
+
+// parseStatusKB reads the "<field>: N kB" line of a /proc/<pid>/status, in
+// bytes.
+func parseStatusKB(status []byte, field string) (int64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		fields := strings.Fields(rest)
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("unexpected VmHWM line %q", sc.Text())
+			return 0, fmt.Errorf("unexpected %s line %q", field, sc.Text())
 		}
 		kb, err := strconv.ParseInt(fields[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("unexpected VmHWM line %q", sc.Text())
+			return 0, fmt.Errorf("unexpected %s line %q", field, sc.Text())
 		}
 		return kb << 10, nil
 	}
-	return 0, errors.New("no VmHWM line in the process status")
+	return 0, fmt.Errorf("no %s line in the process status", field)
 }
 
 // freeAddr returns a loopback address with a port nothing listens on now.

@@ -5,9 +5,11 @@ import (
 	"image/color"
 	"io"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -23,7 +25,8 @@ var (
 // WritePNG draws the run over time as a PNG: throughput (events accepted
 // and deliveries received per second) above; below, the p50 and p99 of
 // each second's publish latency (dashed) and accepted→received latency
-// (labelled "accepted to received": the plot's font has no arrow).
+// (labelled "accepted to received": the plot's font has no arrow); with
+// soak samples, a third panel of table sizes and RSS.
 func (r *Report) WritePNG(w io.Writer) error {
 	title := "dispatch-load"
 	if r.Workload != "" {
@@ -69,21 +72,79 @@ func (r *Report) WritePNG(w io.Writer) error {
 			return err
 		}
 	}
-	// Both panels share the time axis, to the end of the last second.
+	panels := []*plot.Plot{throughput, latency}
 	xmax := float64(max(len(r.Timeline), 1))
-	throughput.X.Min, latency.X.Min, throughput.X.Max, latency.X.Max = 0, 0, xmax, xmax
+	if len(r.Samples) > 0 {
+		soak, err := r.soakPanel()
+		if err != nil {
+			return err
+		}
+		panels = append(panels, soak)
+		xmax = max(xmax, r.Samples[len(r.Samples)-1].ElapsedSeconds)
+	}
+	// The panels share the time axis, to the end of the last second.
+	rows := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		p.X.Min, p.X.Max = 0, xmax
+		rows[i] = []*plot.Plot{p}
+	}
 
-	img := vgimg.New(24*vg.Centimeter, 20*vg.Centimeter)
+	img := vgimg.New(24*vg.Centimeter, vg.Length(len(panels))*10*vg.Centimeter)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
 		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4, PadY: vg.Millimeter * 6}
-	canvases := plot.Align([][]*plot.Plot{{throughput}, {latency}}, tiles, dc)
-	throughput.Draw(canvases[0][0])
-	latency.Draw(canvases[1][0])
+	canvases := plot.Align(rows, tiles, dc)
+	for i, p := range panels {
+		p.Draw(canvases[i][0])
+	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
 		return fmt.Errorf("write PNG: %w", err)
 	}
 	return nil
+}
+
+// soakPanel draws the samples: each table's size and each Dispatch
+// process's RSS, in MiB, at each sample.
+func (r *Report) soakPanel() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "soak samples: table sizes and RSS"
+	p.X.Label.Text = "seconds since start"
+	p.Y.Label.Text = "MiB"
+	p.Y.Min = 0
+	p.Y.Tick.Marker = plainTicks{}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	var names []string
+	values := map[string]plotter.XYs{}
+	add := func(name string, at float64, bytes int64) {
+		if _, ok := values[name]; !ok {
+			names = append(names, name)
+		}
+		values[name] = append(values[name], plotter.XY{X: at, Y: float64(bytes) / (1 << 20)})
+	}
+	for _, s := range r.Samples {
+		for _, t := range s.Tables {
+			add(t.Name, s.ElapsedSeconds, t.Bytes)
+		}
+		for _, proc := range s.RSS {
+			add("RSS "+proc.Name, s.ElapsedSeconds, proc.RSSBytes)
+		}
+	}
+	for i, name := range names {
+		line, points, err := plotter.NewLinePoints(values[name])
+		if err != nil {
+			return nil, fmt.Errorf("plot %s: %w", name, err)
+		}
+		c := plotutil.Color(i)
+		line.Color, line.Width = c, vg.Points(1.5)
+		points.Color, points.Radius = c, vg.Points(1.5)
+		if strings.HasPrefix(name, "RSS ") {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line, points)
+		p.Legend.Add(name, line)
+	}
+	return p, nil
 }
 
 // series is one line of the latency panel.

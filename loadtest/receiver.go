@@ -128,6 +128,10 @@ type Receiver struct {
 	arrivals []arrival
 	firsts   map[pair]struct{}
 	window   []time.Duration // latencies since the last progress line
+	// sampled holds the latencies since the last soak sample, when the
+	// run samples (Config.SampleEvery); nil and left alone otherwise.
+	sampled  []time.Duration
+	sampling bool
 
 	requests     atomic.Int64
 	failed       atomic.Int64
@@ -152,7 +156,7 @@ func NewReceiver(subscriptions int, cfg Config, accepted *acceptedLog) (*Receive
 	}
 	r := &Receiver{
 		latency: cfg.ReceiverLatency, failureRate: cfg.ReceiverFailureRate, verifySample: cfg.VerifySample,
-		accepted: accepted, firsts: map[pair]struct{}{}, ln: ln,
+		accepted: accepted, firsts: map[pair]struct{}{}, ln: ln, sampling: cfg.SampleEvery > 0,
 		hang: cmp.Or(cfg.SubscriptionTimeout, bootstrapDefaultTimeout) + hangMargin,
 	}
 	healthyEnd := subscriptions - cfg.FailingSubscriptions - cfg.HangingSubscriptions
@@ -210,7 +214,7 @@ func (r *Receiver) Close(ctx context.Context) error {
 	// listener closed, it returns.
 	_ = r.ln.Close()
 	r.mu.Lock()
-	r.arrivals, r.firsts, r.window = nil, nil, nil
+	r.arrivals, r.firsts, r.window, r.sampled = nil, nil, nil, nil
 	r.mu.Unlock()
 	r.accepted.clear()
 	return err
@@ -317,6 +321,9 @@ func (r *Receiver) record(a arrival) {
 			first = true
 			if known {
 				r.window = append(r.window, latency)
+				if r.sampling {
+					r.sampled = append(r.sampled, latency)
+				}
 			}
 		}
 	}
@@ -338,6 +345,16 @@ func (r *Receiver) takeWindow() []time.Duration {
 	w := r.window
 	r.window = nil
 	return w
+}
+
+// takeSampled returns the latencies of first arrivals since the last call,
+// as takeWindow does, for the soak samples; nil unless the run samples.
+func (r *Receiver) takeSampled() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sampled
+	r.sampled = nil
+	return s
 }
 
 // snapshot returns every request recorded so far.

@@ -31,7 +31,9 @@ type Report struct {
 	Memory     []ProcessMemory `json:"memory,omitempty"`
 	CPU        *CPUUse         `json:"cpu,omitempty"`
 	Timeline   []Second        `json:"timeline"`
-	Notes      []string        `json:"notes,omitempty"`
+	// Samples are the run's soak samples (Config.SampleEvery), in order.
+	Samples []SoakSample `json:"samples,omitempty"`
+	Notes   []string     `json:"notes,omitempty"`
 }
 
 // Machine says where the run happened.
@@ -194,6 +196,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n- %s", n)
+	}
+	if len(r.Samples) > 0 {
+		if len(r.Notes) > 0 {
+			b.WriteString("\n")
+		}
+		writeSamplesMarkdown(&b, r.Samples)
 	}
 	if !strings.HasSuffix(b.String(), "|\n") {
 		b.WriteString("\n")

@@ -107,10 +107,23 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	defer api.Close()
 
 	probe := func(context.Context) cpuGroups { return cpuGroups{tool: []int{os.Getpid()}} }
+	var sample probeFunc
 	if dep != nil {
 		probe = dep.cpuGroups
+		if cfg.SampleEvery > 0 {
+			conn, err := dep.connect(ctx)
+			if err != nil {
+				return nil, errors.Join(err, stopDeployment(dep))
+			}
+			defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+			sample = func(ctx context.Context) ([]TableSize, []ProcessRSS, error) {
+				rss := dep.rss()
+				tables, err := tableSizes(ctx, conn, SoakTables)
+				return tables, rss, err
+			}
+		}
 	}
-	report, runErr := measure(ctx, cfg, api, rcv, accepted, probe, opts)
+	report, runErr := measure(ctx, cfg, api, rcv, accepted, probe, sample, opts)
 	if dep != nil {
 		if report != nil {
 			report.Memory = dep.memory()
@@ -135,7 +148,7 @@ func stopDeployment(d *deployment) error {
 // measure creates the subscriptions, publishes, waits for the deliveries
 // and builds the report. Subscriptions it created are deleted again.
 func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, accepted *acceptedLog,
-	probe func(context.Context) cpuGroups, opts Options,
+	probe func(context.Context) cpuGroups, sample probeFunc, opts Options,
 ) (*Report, error) {
 	var subIDs []string
 	defer func() {
@@ -184,6 +197,10 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 	started := time.Now()
 	pubs := newPublishers(cfg, api, accepted, started)
 	progress := startProgress(opts.Progress, cfg, started, pubs, rcv)
+	var samples *sampler
+	if sample != nil {
+		samples = startSampling(ctx, cfg.SampleEvery, started, rcv, sample)
+	}
 	pubs.run(ctx)
 	publishEnded := time.Now()
 
@@ -193,6 +210,10 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 		drainEnded = drain(ctx, cfg, rcv, pubs.accepted.Load()*int64(cfg.Healthy()), publishEnded)
 	}
 	progress.stop()
+	var soak []SoakSample
+	if samples != nil {
+		soak = samples.stop()
+	}
 	if opts.CPUProfile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -204,6 +225,7 @@ func measure(ctx context.Context, cfg Config, api dispatchAPI, rcv *Receiver, ac
 	cpuEnd := takeCPUSample(startGroups.union(probe(context.WithoutCancel(ctx))))
 
 	r := buildReport(cfg, started, pubs, rcv, accepted)
+	r.Samples = soak
 	if use := cpuBetween(cpuStart, cpuEnd); use.Seconds > 0 {
 		use.perEvent(r.Publish.Accepted, !cfg.Processes)
 		r.CPU = &use
