@@ -135,13 +135,19 @@ type ackRecorder struct {
 	ports.Queue
 	mu    sync.Mutex
 	calls [][]string
+	// notify, when set, is told of each acknowledgement.
+	notify chan struct{}
 }
 
 func (q *ackRecorder) Ack(ctx context.Context, stream, group string, ids ...string) error {
 	q.mu.Lock()
 	q.calls = append(q.calls, append([]string(nil), ids...))
 	q.mu.Unlock()
-	return q.Queue.Ack(ctx, stream, group, ids...)
+	err := q.Queue.Ack(ctx, stream, group, ids...)
+	if q.notify != nil {
+		q.notify <- struct{}{}
+	}
+	return err
 }
 
 // acked returns the acknowledged ids and the number of calls.
@@ -243,7 +249,7 @@ func TestConsumerAcknowledgesLoneEntryAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{})}
+	q := &ackRecorder{Queue: memory.NewQueue(memory.QueueOptions{}), notify: make(chan struct{}, 1)}
 	if err := q.Publish(ctx, "s", queuetest.Entries("a")...); err != nil {
 		t.Fatal(err)
 	}
@@ -254,15 +260,10 @@ func TestConsumerAcknowledgesLoneEntryAtOnce(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if ids, _ := q.acked(); len(ids) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a lone entry waited for company to be acknowledged")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-q.notify:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lone entry waited for company to be acknowledged")
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -68,6 +68,9 @@ type Limits[T any] struct {
 	// quickly. Every call in a batch that waited returns that much later,
 	// so the longest waits suit writes nobody is kept waiting for.
 	Linger time.Duration
+	// Now stamps arrivals for the linger's estimate of their rate; nil
+	// means time.Now. Tests pass a clock of their own.
+	Now func() time.Time
 	// Enough is the batch size a lingering leader is content with
 	// (domain.Linger.Enough); 0 means MaxItems.
 	Enough int
@@ -103,6 +106,9 @@ func New[T any](write WriteFunc[T], limits Limits[T]) *Batcher[T] {
 		limits.MaxItems = DefaultMaxItems
 	}
 	limits.Writers = max(limits.Writers, 1)
+	if limits.Now == nil {
+		limits.Now = time.Now
+	}
 	return &Batcher[T]{write: write, limits: limits, linger: domain.Linger{Max: limits.Linger, Enough: limits.Enough}}
 }
 
@@ -151,7 +157,7 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 	c := &call[T]{ctx: ctx, item: item, wake: make(chan struct{})}
 	var now time.Time
 	if b.limits.Linger > 0 {
-		now = time.Now()
+		now = b.limits.Now()
 	}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)

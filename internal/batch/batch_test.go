@@ -194,6 +194,26 @@ func TestCallersArrivingDuringAWriteShareTheNext(t *testing.T) {
 	assert.Equal(t, [][]int{{0}, {1, 2, 3, 4, 5}}, r.snapshot(), "callers that arrived during a write share the next batch, in arrival order")
 }
 
+// clock is a batcher's clock that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 // TestLingerWaitsForCompanyOnlyWhenItIsComing checks the linger's two
 // sides: the first call, with no rate known, goes at once however long
 // Linger is; the next, half a second later, makes the rate one call per
@@ -203,10 +223,11 @@ func TestCallersArrivingDuringAWriteShareTheNext(t *testing.T) {
 func TestLingerWaitsForCompanyOnlyWhenItIsComing(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	b := batch.New(r.write, batch.Limits[int]{Linger: time.Hour, MaxItems: 5})
+	clock := newClock()
+	b := batch.New(r.write, batch.Limits[int]{Linger: time.Hour, MaxItems: 5, Now: clock.now})
 	require.NoError(t, b.Commit(t.Context(), 0), "the first call goes at once")
 	require.Equal(t, [][]int{{0}}, r.snapshot())
-	time.Sleep(500 * time.Millisecond) // the gap the rate is estimated from
+	clock.advance(500 * time.Millisecond) // the gap the rate is estimated from
 
 	out := make(chan outcome, 10)
 	start := time.Now()
@@ -227,16 +248,18 @@ func TestLingerWaitsForCompanyOnlyWhenItIsComing(t *testing.T) {
 
 // TestLingerGivesUpWhenCompanyStops runs callers in a closed loop, each
 // committing again only once its last commit returned, against a write
-// that takes a millisecond: whatever the rate, no caller is left to join a
+// that takes a millisecond of the batcher's clock: whatever the rate, no
+// caller is left to join a
 // lingering batch, and the linger's patience (a few gaps between arrivals)
 // ends each wait. Without it every batch would wait for the company the
 // rate promises, about a tenth of a second here (Linger is an hour), and
 // the rounds below would take seconds.
 func TestLingerGivesUpWhenCompanyStops(t *testing.T) {
 	t.Parallel()
+	clock := newClock()
 	b := batch.New(func(_ context.Context, items []int, _ []error) {
-		time.Sleep(time.Millisecond)
-	}, batch.Limits[int]{Linger: time.Hour})
+		clock.advance(time.Millisecond)
+	}, batch.Limits[int]{Linger: time.Hour, Now: clock.now})
 	const callers, rounds = 4, 50
 	start := time.Now()
 	var wg sync.WaitGroup
