@@ -263,8 +263,9 @@ var schedulerModule = fx.Module("scheduler",
 				m.Requeued("unfanned_event", swept.UnfannedEvents)
 				m.Requeued("reclaimed_event", swept.ReclaimedEvents)
 				m.Requeued("reclaimed_delivery", swept.ReclaimedDelivs)
-				if h := swept.History; h.Created > 0 || h.Dropped > 0 {
-					log.Info("history maintained", "windows_made", h.Created, "windows_dropped", h.Dropped, "windows_waiting", h.Waiting)
+				if h := swept.History; h.Created > 0 || h.Dropped > 0 || h.LockTimedOut {
+					log.Info("history maintained", "windows_made", h.Created, "windows_dropped", h.Dropped, "windows_waiting", h.Waiting,
+						"lock_timed_out", h.LockTimedOut, "took", h.Took)
 				}
 			})
 		})

@@ -151,7 +151,7 @@ func writeSamplesMarkdown(b *strings.Builder, samples []SoakSample) {
 		procs = append(procs, p.Name)
 		fmt.Fprintf(b, " RSS %s MiB |", p.Name)
 	}
-	b.WriteString(" received | accepted→received p50 / p99 ms |\n|---:|")
+	b.WriteString(" received | accepted→received p50 / p99 / max ms |\n|---:|")
 	b.WriteString(strings.Repeat("---:|", len(SoakTables)+len(procs)+2))
 	b.WriteString("\n")
 	for _, s := range samples {
@@ -176,7 +176,7 @@ func writeSamplesMarkdown(b *strings.Builder, samples []SoakSample) {
 		}
 		lat := "–"
 		if s.Latency.Count > 0 {
-			lat = msText(s.Latency.P50Ms) + " / " + msText(s.Latency.P99Ms)
+			lat = msText(s.Latency.P50Ms) + " / " + msText(s.Latency.P99Ms) + " / " + msText(s.Latency.MaxMs)
 		}
 		fmt.Fprintf(b, " %s | %s |\n", thousands(int64(s.Latency.Count)), lat)
 	}

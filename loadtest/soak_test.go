@@ -213,8 +213,8 @@ func TestSamplerRecordsEachIntervalAndProbeErrors(t *testing.T) {
 	}
 	for _, want := range []string{
 		"| elapsed | events MiB / rows / partitions | deliveries MiB / rows / partitions |",
-		"| RSS worker 1 MiB | received | accepted→received p50 / p99 ms |",
-		"| 1m0s | 1.0 / 10 / 3 | – | – | – | 30.0 | 2 | ",
+		"| RSS worker 1 MiB | received | accepted→received p50 / p99 / max ms |",
+		"| 1m0s | 1.0 / 10 / 3 | – | – | – | 30.0 | 2 | 1.00 / 3.00 / 3.00 |",
 		": size table events: boom",
 	} {
 		if !strings.Contains(md.String(), want) {

@@ -31,4 +31,9 @@ type Maintenance struct {
 	// Created counts the windows made, Dropped those removed, Waiting
 	// those past the retention kept for a live event or delivery.
 	Created, Dropped, Waiting int
+	// LockTimedOut is true when a statement gave up waiting for a lock
+	// held by hot traffic; what is left is done next time.
+	LockTimedOut bool
+	// Took is how long the call held the maintenance lock.
+	Took time.Duration
 }

@@ -129,13 +129,16 @@ func (s *Store) MaintainHistory(ctx context.Context, now time.Time, retention ti
 			_ = conn.Conn().Close(ctx)
 		}
 	}()
+	started := time.Now()
 	m := &maintenance{conn: conn.Conn(), now: now.UTC(), retention: retention}
 	if _, err := m.conn.Exec(ctx, "SET lock_timeout = '"+maintenanceLockTimeout+"'", pgx.QueryExecModeSimpleProtocol); err != nil {
 		return ports.Maintenance{}, fmt.Errorf("maintain history: %w", err)
 	}
 	err = m.run(ctx)
+	m.done.Took = time.Since(started)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		m.done.LockTimedOut = true
 		return m.done, nil
 	}
 	return m.done, err

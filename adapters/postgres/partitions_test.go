@@ -208,8 +208,9 @@ func TestMaintenanceNeverQueuesHotStatements(t *testing.T) {
 	_, err = reader.Exec(ctx, "SELECT count(*) FROM "+partition)
 	require.NoError(t, err)
 	later := f.now.Add(10 * time.Minute)
-	_, err = f.store.MaintainHistory(ctx, later, time.Minute)
+	gaveUp, err := f.store.MaintainHistory(ctx, later, time.Minute)
 	require.NoError(t, err, "a lock timeout waits for the next call")
+	assert.True(t, gaveUp.LockTimedOut, "the call says it gave up")
 	var pending bool
 	require.NoError(t, f.pool.QueryRow(ctx,
 		`SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = $1::regclass`, partition).Scan(&pending))
@@ -219,6 +220,7 @@ func TestMaintenanceNeverQueuesHotStatements(t *testing.T) {
 	done, err := f.store.MaintainHistory(ctx, later, time.Minute)
 	require.NoError(t, err)
 	assert.Positive(t, done.Dropped)
+	assert.False(t, done.LockTimedOut)
 	var tables int
 	require.NoError(t, f.pool.QueryRow(ctx,
 		`SELECT count(*) FROM pg_class WHERE relname = $1`, partition).Scan(&tables))
