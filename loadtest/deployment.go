@@ -127,15 +127,20 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 	dc.KafkaBrokers = strings.Split(cfg.KafkaBrokers, ",")
 	d.queue = dc
 
-	// `dispatch migrate`, then the roles.
-	if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
-		return d, err
-	}
+	// `dispatch migrate`, then the roles. With --processes the migration
+	// is a process of the binary run too, so it applies that build's
+	// migrations and sees --role-env like the roles.
 	if cfg.Processes {
+		if err := d.migrateProcess(ctx, dispatchBin, dc, stderr); err != nil {
+			return d, err
+		}
 		if err := d.startRoleProcesses(ctx, dispatchBin, dc, stderr); err != nil {
 			return d, err
 		}
 	} else {
+		if _, err := d.startApp(ctx, bootstrap.RoleMigrate, dc); err != nil {
+			return d, err
+		}
 		var api *bootstrap.APIServer
 		if _, err := d.startApp(ctx, bootstrap.RoleAPI, dc, fx.Populate(&api)); err != nil {
 			return d, err
@@ -281,11 +286,25 @@ func (d *deployment) startWorker(ctx context.Context, bin string, cfg bootstrap.
 	return nil
 }
 
-// startProcess runs `dispatch <role>` against the deployment's backends,
-// with env and then the deployment's roleEnv added to its environment, and
-// waits until /ready on readyAddr
-// answers.
-func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap.Config, role bootstrap.Role, name, readyAddr string, env []string, stderr io.Writer) (*workerProcess, error) {
+// migrateProcess runs `dispatch migrate` as the roles will run: its
+// migrations, and the history windows sized from the retention the
+// roles are given (--role-env DISPATCH_RETENTION).
+func (d *deployment) migrateProcess(ctx context.Context, bin string, cfg bootstrap.Config, stderr io.Writer) error {
+	cmd := d.roleCommand(bin, cfg, bootstrap.RoleMigrate, "migrate", nil, stderr)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start migrate (%s): %w", bin, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
+	defer stop()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("dispatch migrate: %w; its stderr is above", err)
+	}
+	return nil
+}
+
+// roleCommand is `dispatch <role>` against the deployment's backends,
+// with env and then the deployment's roleEnv added to its environment.
+func (d *deployment) roleCommand(bin string, cfg bootstrap.Config, role bootstrap.Role, name string, env []string, stderr io.Writer) *exec.Cmd {
 	cmd := exec.Command(bin, string(role))
 	env = append(env,
 		"DATABASE_URL="+cfg.DatabaseURL,
@@ -303,6 +322,15 @@ func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap
 	cmd.Env = processEnv(env, d.roleEnv)
 	cmd.Stdout = io.Discard
 	cmd.Stderr = newPrefixWriter(stderr, "["+name+"] ")
+	return cmd
+}
+
+// startProcess runs `dispatch <role>` against the deployment's backends,
+// with env and then the deployment's roleEnv added to its environment, and
+// waits until /ready on readyAddr
+// answers.
+func (d *deployment) startProcess(ctx context.Context, bin string, cfg bootstrap.Config, role bootstrap.Role, name, readyAddr string, env []string, stderr io.Writer) (*workerProcess, error) {
+	cmd := d.roleCommand(bin, cfg, role, name, env, stderr)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
