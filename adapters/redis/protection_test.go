@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"slices"
 
 	"strings"
 	"sync"
@@ -59,6 +60,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 type commandCounter struct {
 	mu   sync.Mutex
 	cmds []string
+	// blocked, when set, is told of each blocking XREADGROUP as it goes.
+	blocked chan struct{}
 }
 
 func (c *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -87,6 +90,12 @@ func (c *commandCounter) add(cmd goredis.Cmder) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cmds = append(c.cmds, strings.ToUpper(cmd.Name()))
+	if c.blocked != nil && strings.EqualFold(cmd.Name(), "XREADGROUP") && slices.ContainsFunc(cmd.Args(), func(a any) bool {
+		s, ok := a.(string)
+		return ok && strings.EqualFold(s, "BLOCK")
+	}) {
+		c.blocked <- struct{}{}
+	}
 }
 
 func (c *commandCounter) take() []string {

@@ -152,6 +152,11 @@ type Queue struct {
 	// (*batch.Batcher[[]ports.Entry]). Streams are a fixed, small set
 	// (events, deliveries), so it is never pruned.
 	publishers sync.Map
+
+	// readers remembers, for each stream, group and consumer, whether its
+	// last Read left every partition empty (see Read): a few consumers
+	// per process, so it is never pruned.
+	readers sync.Map
 }
 
 var _ ports.Queue = (*Queue)(nil)
@@ -225,6 +230,13 @@ func (q *Queue) xaddArgs(key string, e ports.Entry) *goredis.XAddArgs {
 // that a cancelled ctx is noticed promptly, and then fills the batch from
 // the other partitions. Groups (and streams) are created on the first
 // NOGROUP reply.
+//
+// A consumer that left every partition empty on its last read (its
+// reader is keeping up, as at any everyday rate) skips the first sweep
+// and the fill: the blocking read alone, on every partition at once,
+// returns at once what arrived meanwhile and otherwise waits. So a read
+// that keeps up costs one round trip instead of three. It sweeps again
+// as soon as a read may have left entries behind.
 func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -232,13 +244,24 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 	count = max(count, 0) // 0: no limit
 	keys := q.partitionKeys(stream)
 	deadline := time.Now().Add(block)
+	reader := stream + "\x00" + group + "\x00" + consumer
+	// The blocking read covers every partition only on one Redis and
+	// when count allows one entry from each (see blockRead).
+	whole := !q.cluster && (count == 0 || count >= len(keys))
+	caughtUp := whole && q.caughtUp(reader)
 	for {
-		msgs, err := q.sweep(ctx, keys, group, consumer, count)
-		if err != nil || len(msgs) > 0 {
-			return msgs, err
+		if !caughtUp {
+			msgs, err := q.sweep(ctx, keys, group, consumer, count)
+			if err != nil || len(msgs) > 0 {
+				// Fewer than asked for: the sweep emptied every partition.
+				q.setCaughtUp(reader, whole && err == nil && (count == 0 || len(msgs) < count))
+				return msgs, err
+			}
 		}
+		caughtUp = false
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
+			q.setCaughtUp(reader, whole)
 			return []ports.Message{}, nil
 		}
 		slice := min(remaining, q.blockSlice)
@@ -249,8 +272,9 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 		}
 		// BLOCK counts whole milliseconds and BLOCK 0 waits forever.
 		slice = max(slice, time.Millisecond)
-		msgs, err = q.blockRead(ctx, keys, group, consumer, count, slice)
+		msgs, capped, err := q.blockRead(ctx, keys, group, consumer, count, slice)
 		if err != nil {
+			q.setCaughtUp(reader, false)
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
@@ -259,19 +283,41 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 		if len(msgs) > 0 {
 			// Even if ctx ended meanwhile: these entries are now pending
 			// for consumer, and handing them over beats leaving them to
-			// wait out the visibility timeout. The rest of the batch comes
-			// from the other partitions, without waiting.
+			// wait out the visibility timeout. When the read covered every
+			// partition and none filled its share, it took everything there
+			// was; otherwise the rest of the batch comes from the other
+			// partitions, without waiting.
+			if whole && !capped {
+				q.setCaughtUp(reader, true)
+				return msgs, nil
+			}
 			if count == 0 || len(msgs) < count {
-				more, err := q.sweep(context.WithoutCancel(ctx), keys, group, consumer, count-len(msgs))
+				asked := count - len(msgs)
+				more, err := q.sweep(context.WithoutCancel(ctx), keys, group, consumer, asked)
 				if err == nil {
 					msgs = append(msgs, more...)
 				}
+				q.setCaughtUp(reader, whole && err == nil && asked > 0 && len(more) < asked)
+				return msgs, nil
 			}
+			q.setCaughtUp(reader, false)
 			return msgs, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// caughtUp reports whether reader's last Read left every partition empty.
+func (q *Queue) caughtUp(reader string) bool {
+	v, ok := q.readers.Load(reader)
+	return ok && v.(bool)
+}
+
+func (q *Queue) setCaughtUp(reader string, caughtUp bool) {
+	if q.caughtUp(reader) != caughtUp {
+		q.readers.Store(reader, caughtUp)
 	}
 }
 
@@ -449,8 +495,9 @@ func (q *Queue) sweepScript(ctx context.Context, keys []string, order []int, gro
 // equal share of count, so whatever Redis version serves it the reply
 // cannot exceed count. On Redis Cluster a command cannot span slots: it
 // blocks on one partition, a different one each slice, and the sweep
-// between slices looks at the others.
-func (q *Queue) blockRead(ctx context.Context, keys []string, group, consumer string, count int, slice time.Duration) ([]ports.Message, error) {
+// between slices looks at the others. capped is true when a partition
+// gave its whole share, so it may hold more.
+func (q *Queue) blockRead(ctx context.Context, keys []string, group, consumer string, count int, slice time.Duration) (msgs []ports.Message, capped bool, err error) {
 	start := q.rotation()
 	n := len(keys)
 	if count > 0 {
@@ -482,14 +529,17 @@ func (q *Queue) blockRead(ctx context.Context, keys []string, group, consumer st
 	switch {
 	case err == nil:
 	case errors.Is(err, goredis.Nil):
-		return nil, nil // the block expired with nothing new
+		return nil, false, nil // the block expired with nothing new
 	case isNoGroup(err):
-		return nil, nil // flushed meanwhile; the next sweep recreates the group
+		// Flushed meanwhile: the next sweep recreates the group, and
+		// capped makes the next Read sweep.
+		return nil, true, nil
 	default:
-		return nil, err
+		return nil, false, err
 	}
-	msgs := []ports.Message{}
+	msgs = []ports.Message{}
 	for _, s := range reply {
+		capped = capped || (perStream > 0 && len(s.Messages) >= perStream)
 		for i, key := range streams[:n] {
 			if key == s.Stream {
 				msgs = append(msgs, toMessages(parts[i], []goredis.XStream{s})...)
@@ -497,7 +547,7 @@ func (q *Queue) blockRead(ctx context.Context, keys []string, group, consumer st
 			}
 		}
 	}
-	return msgs, nil
+	return msgs, capped, nil
 }
 
 // createGroups creates group on each of keys reading from the stream's

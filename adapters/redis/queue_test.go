@@ -355,3 +355,71 @@ func (q *Queue) dropEntry(t testing.TB, stream, id string) {
 	key, streamID := q.locate(t, stream, id)
 	require.NoError(t, q.client.XDel(t.Context(), key, streamID).Err())
 }
+
+// TestQueueReadThatKeepsUpIsOneRoundTrip: a consumer whose last read left
+// every partition empty waits for the next entry with one blocking read,
+// neither sweeping the partitions before it nor after; once a read may
+// have left entries behind (a partition gave its whole share), the next
+// read sweeps and fills its batch.
+func TestQueueReadThatKeepsUpIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	client, counter := countingClient(t)
+	opts := DefaultQueueOptions()
+	opts.Prefix = redistest.Prefix(t)
+	q := newTestQueue(t, client, opts)
+	count := 2 * q.partitions
+
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("first")...))
+	msgs, err := q.Read(ctx, "s", "g", "c", count, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+
+	// The next entry arrives while the consumer waits.
+	blocked := make(chan struct{}, 1)
+	counter.mu.Lock()
+	counter.blocked = blocked
+	counter.mu.Unlock()
+	counter.take()
+	read := make(chan []ports.Message, 1)
+	go func() {
+		msgs, err := q.Read(ctx, "s", "g", "c", count, 10*time.Second)
+		assert.NoError(t, err)
+		read <- msgs
+	}()
+	<-blocked
+	counter.mu.Lock()
+	counter.blocked = nil
+	counter.mu.Unlock()
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("second")...))
+	msgs = <-read
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "second", msgs[0].Body)
+	var reads []string
+	for _, name := range counter.take() {
+		if name != "MULTI" && name != "XADD" && name != "EXEC" { // the publish
+			reads = append(reads, name)
+		}
+	}
+	assert.Equal(t, []string{"XREADGROUP"}, reads, "one blocking read, no sweep")
+
+	// Many entries in one partition: the blocking read takes its share
+	// (count/partitions) of them, then the batch is filled from the rest.
+	var entries []ports.Entry
+	for i := range 3 * count {
+		entries = append(entries, ports.Entry{Key: "one-key", Body: strconv.Itoa(i)})
+	}
+	require.NoError(t, q.Publish(ctx, "s", entries...))
+	msgs, err = q.Read(ctx, "s", "g", "c", count, time.Second)
+	require.NoError(t, err)
+	assert.Len(t, msgs, count, "a full batch, not one partition's share")
+	msgs, err = q.Read(ctx, "s", "g", "c", count, time.Second)
+	require.NoError(t, err)
+	assert.Len(t, msgs, count)
+	msgs, err = q.Read(ctx, "s", "g", "c", count, time.Second)
+	require.NoError(t, err)
+	assert.Len(t, msgs, count)
+	msgs, err = q.Read(ctx, "s", "g", "c", count, time.Millisecond)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+}
