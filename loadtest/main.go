@@ -20,6 +20,7 @@ Usage:
   dispatch-load --workload W3 [flags]      one standard workload; flags given override it
   dispatch-load bench [bench flags]        every standard workload, 3 runs each, into results/
   dispatch-load sweep [sweep flags]        CPU per event and latency at 100, 1,000 and 5,000 events/s
+  dispatch-load floor [floor flags]        CPU per event of the two HTTP exchanges alone (no storage, no queue)
 
 Without --target it starts Dispatch itself: a fresh database on the
 PostgreSQL server of --database-url (dropped at the end), a Redis key prefix
@@ -40,6 +41,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "sweep" {
 		return sweepMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "floor" {
+		return floorMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == floorRelayArg {
+		return floorRelayMain(args[1:], stdout, stderr)
 	}
 	return runMain(ctx, args, stdout, stderr)
 }
