@@ -122,6 +122,13 @@ func parseRun(args []string, stderr io.Writer) (Config, runFlags, error) {
 	if fs.NArg() > 0 {
 		return Config{}, rf, fmt.Errorf("unexpected argument %q (the bench suite is `dispatch-load bench`)", fs.Arg(0))
 	}
+	// --duration without --events publishes for the duration, not until
+	// the default event count runs out first.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["duration"] && !set["events"] && rf.workload == "" {
+		cfg.Events = 0
+	}
 	return cfg, rf, cfg.Validate()
 }
 

@@ -24,6 +24,12 @@ func TestSoakFlagsAreParsedAndChecked(t *testing.T) {
 	if !slices.Equal(cfg.RoleEnv, []string{"DISPATCH_RETENTION=3m", "DISPATCH_LOG_LEVEL=a=b"}) || cfg.SampleEvery != time.Minute {
 		t.Errorf("role env %q, sample every %s; want both --role-env in order and 1m", cfg.RoleEnv, cfg.SampleEvery)
 	}
+	if cfg.Events != 0 || cfg.PublishLimit() != 30*time.Minute {
+		t.Errorf("--duration 30m alone publishes %d events for at most %s; want for the whole 30m", cfg.Events, cfg.PublishLimit())
+	}
+	if cfg, _, err := parseRun([]string{"--events", "500", "--duration", "1m"}, &bytes.Buffer{}); err != nil || cfg.Events != 500 {
+		t.Errorf("--events 500 --duration 1m: %d events, %v; want 500", cfg.Events, err)
+	}
 	if cfg, _, err := parseRun([]string{"--sample-every", "2s"}, &bytes.Buffer{}); err != nil || cfg.SampleEvery != 2*time.Second {
 		t.Errorf("--sample-every 2s with in-process roles: %v, %v; want it accepted", cfg.SampleEvery, err)
 	}
