@@ -198,7 +198,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.SampleEvery, "sample-every", c.SampleEvery, "while publishing and draining, sample table sizes, process RSS and delivery latency this often (0: off), e.g. 1m for a soak")
-	fs.IntVar(&c.Events, "events", c.Events, "events to publish (0: publish for --duration)")
+	fs.IntVar(&c.Events, "events", c.Events, "events to publish (0, or --duration given without it: publish for --duration)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long to publish at most (0: "+DefaultPublishCap.String()+" when --events is set)")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "target publish rate in events/s (0: as fast as the publishers go)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "concurrent publishers")
