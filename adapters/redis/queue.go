@@ -235,7 +235,8 @@ func (q *Queue) xaddArgs(key string, e ports.Entry) *goredis.XAddArgs {
 // reader is keeping up, as at any everyday rate) skips the first sweep
 // and the fill: the blocking read alone, on every partition at once,
 // returns at once what arrived meanwhile and otherwise waits. So a read
-// that keeps up costs one round trip instead of three. It sweeps again
+// that keeps up costs one round trip instead of three, and an idle one a
+// blocking read per BlockSlice and nothing between them. It sweeps again
 // as soon as a read may have left entries behind.
 func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
 	if err := ctx.Err(); err != nil {
@@ -258,7 +259,6 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 				return msgs, err
 			}
 		}
-		caughtUp = false
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			q.setCaughtUp(reader, whole)
@@ -306,6 +306,10 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		// A slice that found nothing on every partition leaves nothing to
+		// sweep before the next one; a group gone (flushed) is made again
+		// by the sweep.
+		caughtUp = whole && !capped
 	}
 }
 

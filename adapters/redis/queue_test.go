@@ -422,4 +422,24 @@ func TestQueueReadThatKeepsUpIsOneRoundTrip(t *testing.T) {
 	msgs, err = q.Read(ctx, "s", "g", "c", count, time.Millisecond)
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
+
+	// Idle: one blocking read per slice, no sweep between them.
+	counter.take()
+	msgs, err = q.Read(ctx, "s", "g", "c", count, 3*q.blockSlice)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+	idle := counter.take()
+	assert.NotContains(t, idle, "EVALSHA", "no sweep while idle")
+	assert.Contains(t, idle, "XREADGROUP")
+
+	// The streams flushed while the reader kept up: the blocking read
+	// finds no group, and the sweep makes it again.
+	for _, key := range q.partitionKeys("s") {
+		require.NoError(t, client.Del(ctx, key).Err())
+	}
+	require.NoError(t, q.Publish(ctx, "s", queuetest.Entries("after the flush")...))
+	msgs, err = q.Read(ctx, "s", "g", "c", count, 10*time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "after the flush", msgs[0].Body)
 }
