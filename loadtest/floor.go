@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -19,15 +20,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
+	"github.com/dispatch-webhooks/dispatch/adapters/webhook"
 	"github.com/dispatch-webhooks/dispatch/domain"
+	"github.com/dispatch-webhooks/dispatch/ports"
 )
 
 // The floor is what the two HTTP exchanges of every event cost on this
 // machine with nothing else: a relay process that takes a publish (JSON
-// decoded, 202 answered) and sends its signed webhook (fasthttp, as a
-// worker does), with no storage and no queue. Dispatch's CPU per event at a
+// decoded, 202 answered) and sends its signed webhook with a worker's
+// sender, with no storage and no queue. Dispatch's CPU per event at a
 // rate cannot go below the relay's at that rate; what it spends above is
 // PostgreSQL, Redis and the hand-off between its processes.
 
@@ -55,14 +56,10 @@ func floorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return 2
 	}
-	var list []float64
-	for _, r := range strings.Split(*rates, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
-		if err != nil || v <= 0 || v > 50_000 {
-			fmt.Fprintf(stderr, "--rates must be rates in events/s between 0 and 50,000, got %q\n", r)
-			return 2
-		}
-		list = append(list, v)
+	list, err := parseRates(*rates)
+	if err != nil {
+		fmt.Fprintf(stderr, "dispatch-load floor: %v\n", err)
+		return 2
 	}
 	if *duration < time.Second || *duration > 10*time.Minute {
 		fmt.Fprintf(stderr, "--duration must be 1s..10m, got %s\n", *duration)
@@ -198,16 +195,13 @@ func floorRelayMain(args []string, stdout, stderr io.Writer) int {
 var floorRelaySecret = domain.MustGenerateSecret()
 
 // newFloorRelay is the relay's handler: each publish is decoded and
-// answered 202, then its signed webhook is POSTed to target.
+// answered 202, then its signed webhook is sent to target by the
+// worker's own sender (adapters/webhook), as a delivery is.
 func newFloorRelay(target string) http.Handler {
-	// Dialled through net.Dialer, as a worker does, not fasthttp's dialer
-	// (which starts a goroutine that lives as long as the process).
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	client := &fasthttp.Client{MaxConnsPerHost: 1024, DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		return dialer.DialContext(ctx, "tcp", addr)
-	}}
+	sender := webhook.NewSender(webhook.SenderOptions{
+		Policy:          webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		MaxConnsPerHost: 1024,
+	})
 	var n atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var ev struct {
@@ -226,17 +220,12 @@ func newFloorRelay(target string) http.Handler {
 		go func() {
 			now := time.Now()
 			payload, _ := json.Marshal(map[string]any{"id": id, "type": ev.Type, "source": ev.Source, "timestamp": now, "data": ev.Data})
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI(target)
-			req.Header.SetMethod(http.MethodPost)
-			req.Header.SetContentType("application/json")
-			req.Header.Set("webhook-id", id)
-			req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-			req.Header.Set("webhook-signature", domain.Sign([]domain.Secret{floorRelaySecret}, id, now, payload))
-			req.SetBody(payload)
-			_ = client.DoTimeout(req, resp, 10*time.Second)
+			header := http.Header{}
+			header.Set("Content-Type", "application/json")
+			header.Set("webhook-id", id)
+			header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+			header.Set("webhook-signature", domain.Sign([]domain.Secret{floorRelaySecret}, id, now, payload))
+			_, _ = sender.Send(context.Background(), ports.WebhookRequest{URL: target, Header: header, Body: payload, Timeout: 10 * time.Second})
 		}()
 	})
 }

@@ -275,13 +275,10 @@ Flags:
 		}
 		return 2
 	}
-	for _, r := range strings.Split(rates, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
-		if err != nil || v <= 0 {
-			fmt.Fprintf(stderr, "dispatch-load sweep: --rates: %q is not a rate in events/s\n", r)
-			return 2
-		}
-		opts.Rates = append(opts.Rates, v)
+	var err error
+	if opts.Rates, err = parseRates(rates); err != nil {
+		fmt.Fprintf(stderr, "dispatch-load sweep: %v\n", err)
+		return 2
 	}
 	if bin == "" {
 		built, remove, err := BuildDispatch(ctx)
@@ -303,4 +300,18 @@ Flags:
 		return 1
 	}
 	return 0
+}
+
+// parseRates reads a --rates list: comma-separated events/s, each
+// positive.
+func parseRates(list string) ([]float64, error) {
+	var rates []float64
+	for _, r := range strings.Split(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("--rates: %q is not a rate in events/s", r)
+		}
+		rates = append(rates, v)
+	}
+	return rates, nil
 }
