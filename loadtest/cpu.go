@@ -43,6 +43,12 @@ type CPUUse struct {
 	// tool (WithTool).
 	PerEventMs float64 `json:"per_event_ms,omitempty"`
 	WithTool   bool    `json:"per_event_with_tool,omitempty"`
+
+	// dispatchTicks and toolTicks are the unrounded CPU times behind
+	// Workers+Roles+PostgreSQL+Redis and Tool, so that PerEventMs does not
+	// carry the cores' rounding: at 100 events/s, 0.01 core is 0.1 ms per
+	// event.
+	dispatchTicks, toolTicks int64
 }
 
 // perEvent sets PerEventMs for events accepted; withTool counts the
@@ -51,11 +57,17 @@ func (u *CPUUse) perEvent(events int64, withTool bool) {
 	if events <= 0 {
 		return
 	}
-	cores := u.Workers + u.Roles + u.PostgreSQL + u.Redis
+	ms := (u.Workers + u.Roles + u.PostgreSQL + u.Redis) * u.Seconds * 1000
 	if withTool {
-		cores += u.Tool
+		ms += u.Tool * u.Seconds * 1000
 	}
-	u.PerEventMs = math.Round(cores*u.Seconds*1000/float64(events)*1000) / 1000
+	if u.dispatchTicks > 0 {
+		ms = float64(u.dispatchTicks) * 1000 / clockTicks
+		if withTool {
+			ms += float64(u.toolTicks) * 1000 / clockTicks
+		}
+	}
+	u.PerEventMs = math.Round(ms/float64(events)*1000) / 1000
 	u.WithTool = withTool
 }
 
@@ -118,6 +130,8 @@ func cpuBetween(start, end cpuSample) CPUUse {
 		Redis:      cores(group(end.groups.redis)),
 	}
 	u.Other = math.Max(0, math.Round((u.Machine-u.Tool-u.Workers-u.Roles-u.PostgreSQL-u.Redis)*100)/100)
+	u.toolTicks = group(end.groups.tool)
+	u.dispatchTicks = group(end.groups.workers) + group(end.groups.roles) + group(end.groups.postgres) + group(end.groups.redis)
 	return u
 }
 

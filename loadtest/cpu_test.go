@@ -28,7 +28,8 @@ func TestCPUBetweenAttributesTicksToGroups(t *testing.T) {
 	end := cpuSample{at: at.Add(2 * time.Second), busy: 1300, machine: true, groups: g,
 		perPID: map[int]int64{1: 140, 2: 70, 3: 20, 4: 110, 5: 10, 6: 30}}
 	got := cpuBetween(start, end)
-	want := CPUUse{Seconds: 2, Machine: 1.5, Tool: 0.2, Workers: 0.2, Roles: 0.15, PostgreSQL: 0.5, Redis: 0.05, Other: 0.4}
+	want := CPUUse{Seconds: 2, Machine: 1.5, Tool: 0.2, Workers: 0.2, Roles: 0.15, PostgreSQL: 0.5, Redis: 0.05, Other: 0.4,
+		dispatchTicks: 40 + 100 + 10 + 30, toolTicks: 40}
 	if got != want {
 		t.Errorf("cpuBetween = %+v, want %+v", got, want)
 	}
@@ -53,5 +54,28 @@ func TestCPUPerEventCountsDispatchPostgreSQLAndRedis(t *testing.T) {
 	u.perEvent(0, false)
 	if u.PerEventMs != 0 {
 		t.Errorf("no events: %v ms, want none", u.PerEventMs)
+	}
+}
+
+func TestCPUPerEventIsNotRoundedWithTheCores(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1_700_000_000, 0)
+	g := cpuGroups{tool: []int{1}, workers: []int{2}, roles: []int{3}, postgres: []int{4}, redis: []int{5}}
+	start := cpuSample{at: at, busy: 0, machine: true, groups: g, perPID: map[int]int64{1: 0, 2: 0, 3: 0, 4: 0, 5: 0}}
+	// 10 s in which each process used 4 ticks (40 ms): 0.004 cores each,
+	// which the report shows as 0.00.
+	end := cpuSample{at: at.Add(10 * time.Second), busy: 50, machine: true, groups: g, perPID: map[int]int64{1: 4, 2: 4, 3: 4, 4: 4, 5: 4}}
+	u := cpuBetween(start, end)
+	if u.Workers != 0 || u.PostgreSQL != 0 {
+		t.Fatalf("cores %+v, want them shown rounded to 0.00", u)
+	}
+	u.perEvent(100, false)
+	// Four processes × 40 ms over 100 events.
+	if u.PerEventMs != 1.6 {
+		t.Errorf("per event %v ms, want 1.6 from the unrounded times", u.PerEventMs)
+	}
+	u.perEvent(100, true)
+	if u.PerEventMs != 2 {
+		t.Errorf("per event with the tool %v ms, want 2", u.PerEventMs)
 	}
 }
