@@ -54,12 +54,13 @@ type Consumer struct {
 
 // Acknowledgement batching defaults. An acknowledgement only tells the
 // queue not to hand the entry out again; the work it stands for is already
-// committed, so a few milliseconds' wait costs nothing but a little more
-// pending state, and under light load (1,000 entries/s) gathers several
-// entries into one queue round trip instead of one each.
+// committed, so it lingers as every stage after an endpoint's answer does
+// (domain.AfterAnswerLinger), content with domain.AfterAnswerEnough:
+// under light load (100 entries/s) it gathers several entries into one
+// queue round trip instead of one each.
 const (
 	// DefaultAckDelay is Consumer.AckDelay's default.
-	DefaultAckDelay = 5 * time.Millisecond
+	DefaultAckDelay = domain.AfterAnswerLinger
 	// DefaultAckBatch is Consumer.AckBatch's default.
 	DefaultAckBatch = 256
 )
@@ -158,7 +159,7 @@ func (c *Consumer) acknowledge(ctx context.Context, finished <-chan []string) {
 	if limit <= 0 {
 		limit = DefaultAckBatch
 	}
-	linger := domain.Linger{Max: delay}
+	linger := domain.Linger{Max: delay, Enough: domain.AfterAnswerEnough}
 	timer := time.NewTimer(delay)
 	timer.Stop()
 	var pending []string

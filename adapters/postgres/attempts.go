@@ -42,23 +42,26 @@ type workerBatchers struct {
 	releases *batch.Batcher[*outcomeCall[releaseWrite]]
 }
 
-// recordLinger is the longest a batch of attempt records waits for company
-// (batch.Limits.Linger), which it does only while outcomes come often
-// enough to bring some. The endpoint has answered by then, so nobody waits
-// on the record but the worker's slot and, for an ordered delivery, the
-// next one in line; at a light load (1,000 deliveries/s) it turns batches
-// of one into batches of several, which share a statement, a commit and
-// a wake-up instead of paying each alone. Claims and postponements do not
-// wait: they stand between an event and its endpoint, and come in the
-// batches of the queue reads anyway.
-const recordLinger = 5 * time.Millisecond
+// Attempt records linger for company as every stage after an endpoint's
+// answer does (domain.AfterAnswerLinger): nobody waits on the record but
+// the worker's handler and, for an ordered delivery, the next one in line.
+// So a terminal outcome of an ordered delivery does not wait (urgent): its
+// key's next delivery waits on it.
+// nextWaitsOn says the next delivery in line waits on d's record: d is
+// ordered and its outcome terminal (see nextInLine).
+func nextWaitsOn(d domain.Delivery) bool {
+	return d.OrderingKey != "" && d.Status.Terminal()
+}
 
 // newWorkerBatchers makes s's group commits of the worker's statements
 // (New calls it, like the events batcher).
 func (s *Store) newWorkerBatchers() workerBatchers {
 	return workerBatchers{
 		claims:   batch.New(s.claimDeliveries, batch.Limits[*claimCall]{}),
-		attempts: batch.New(s.recordAttempts, batch.Limits[*outcomeCall[attemptWrite]]{Linger: recordLinger}),
+		attempts: batch.New(s.recordAttempts, batch.Limits[*outcomeCall[attemptWrite]]{
+			Linger: domain.AfterAnswerLinger, Enough: domain.AfterAnswerEnough,
+			Urgent: func(c *outcomeCall[attemptWrite]) bool { return c.urgent },
+		}),
 		releases: batch.New(s.releaseDeliveries, batch.Limits[*outcomeCall[releaseWrite]]{}),
 	}
 }
@@ -242,7 +245,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d domain.Delivery, a domain.A
 	if a.DeliveryID != "" && a.DeliveryID != d.ID {
 		return nil, fmt.Errorf("record attempt: attempt of delivery %s given with delivery %s", a.DeliveryID, d.ID)
 	}
-	c := &outcomeCall[attemptWrite]{id: d.ID, params: newAttemptWrite(d, a)}
+	c := &outcomeCall[attemptWrite]{id: d.ID, params: newAttemptWrite(d, a), urgent: nextWaitsOn(d)}
 	if err := s.workers().attempts.Commit(ctx, c); err != nil {
 		return nil, fmt.Errorf("record attempt %d of delivery %s: %w", a.Number, d.ID, err)
 	}
@@ -398,6 +401,9 @@ func (s *Store) releaseDeliveries(ctx context.Context, batch []*outcomeCall[rele
 type outcomeCall[P any] struct {
 	id     string
 	params P
+	// urgent says the next delivery in line waits on this one's outcome
+	// (batch.Limits.Urgent).
+	urgent bool
 	// stored is what the statement returned; the caller reads it once
 	// Commit has returned without an error.
 	stored outcomeRow

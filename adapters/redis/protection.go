@@ -124,8 +124,8 @@ func NewProtection(client goredis.UniversalClient, prefix string, opts Protectio
 		prefix:       prefix,
 		breakers:     newBreakerStore(client),
 		opts:         opts,
-		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, 0),
-		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, finishLinger),
+		admitScript:  newProtectionScript(client, protectionAdmit, opts.Timeout, opts.Unbatched, false),
+		finishScript: newProtectionScript(client, protectionFinish, opts.Timeout, opts.Unbatched, true),
 	}
 	p.admitScript.combine = admitCall
 	p.finishScript.combine = finishCall

@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dispatch-webhooks/dispatch/domain"
 	"github.com/dispatch-webhooks/dispatch/internal/batch"
 )
 
@@ -25,15 +26,6 @@ const (
 	// loopback) and sent 1.7 times as many round trips, each a write and a
 	// read syscall on a machine short of CPU.
 	protectionWriters = 1
-	// finishLinger is the longest a pipeline of Finish runs waits for
-	// company (batch.Limits.Linger), which it does only while runs come
-	// often enough to bring some. The endpoint has answered by then: the
-	// slot comes back and the breaker learns the outcome that much later,
-	// which costs a 200 ms endpoint at most 2.5 % of its max_in_flight
-	// and saves a round trip per delivery under light load (as
-	// postgres.recordLinger). Admit does not wait: it stands between an
-	// event and its endpoint.
-	finishLinger = 5 * time.Millisecond
 )
 
 // protectionScript runs one of Protection's scripts for concurrent callers
@@ -87,16 +79,19 @@ type scriptRun struct {
 	reply *[]any
 }
 
-// newProtectionScript batches the script's runs (unless unbatched), each
-// pipeline waiting linger for more runs before it goes.
-func newProtectionScript(client goredis.UniversalClient, script *goredis.Script, timeout time.Duration, unbatched bool, linger time.Duration) *protectionScript {
+// newProtectionScript batches the script's runs (unless unbatched). With
+// afterAnswer (Finish), a pipeline lingers for company as every stage
+// after an endpoint's answer does (domain.AfterAnswerLinger): the slot
+// comes back and the breaker learns the outcome that much later. Admit
+// does not wait: it stands between an event and its endpoint.
+func newProtectionScript(client goredis.UniversalClient, script *goredis.Script, timeout time.Duration, unbatched, afterAnswer bool) *protectionScript {
 	s := &protectionScript{client: client, script: script, timeout: timeout}
 	if !unbatched {
-		s.batcher = batch.New(s.write, batch.Limits[scriptRun]{
-			MaxItems: protectionMaxBatch,
-			Writers:  protectionWriters,
-			Linger:   linger,
-		})
+		limits := batch.Limits[scriptRun]{MaxItems: protectionMaxBatch, Writers: protectionWriters}
+		if afterAnswer {
+			limits.Linger, limits.Enough = domain.AfterAnswerLinger, domain.AfterAnswerEnough
+		}
+		s.batcher = batch.New(s.write, limits)
 	}
 	return s
 }

@@ -74,6 +74,10 @@ type Limits[T any] struct {
 	// Enough is the batch size a lingering leader is content with
 	// (domain.Linger.Enough); 0 means MaxItems.
 	Enough int
+	// Urgent, when set, says an item must not wait for company: a leader
+	// that has one pending does not linger, or stops lingering when one
+	// arrives (a write someone waits on, among writes nobody does).
+	Urgent func(T) bool
 	// Writers is how many batches may be written at once; 0 means 1.
 	// Batches written at once commit in any order.
 	Writers int
@@ -98,6 +102,8 @@ type Batcher[T any] struct {
 	linger domain.Linger
 	// company, while a leader lingers, is closed when a call arrives.
 	company chan struct{}
+	// hurry says an Urgent item is pending: no leader lingers.
+	hurry bool
 }
 
 // New returns a Batcher that writes batches with write.
@@ -163,6 +169,9 @@ func (b *Batcher[T]) Commit(ctx context.Context, item T) error {
 	b.pending = append(b.pending, c)
 	if b.limits.Linger > 0 {
 		b.linger.Arrived(now, 1)
+		if b.limits.Urgent != nil && b.limits.Urgent(item) {
+			b.hurry = true
+		}
 		if b.company != nil {
 			close(b.company)
 			b.company = nil
@@ -261,7 +270,7 @@ func (b *Batcher[T]) lingerForCompany() {
 	}
 	b.mu.Lock()
 	wait, more := b.linger.Wait(len(b.pending), b.limits.MaxItems)
-	if wait <= 0 || b.company != nil { // another leader lingers already
+	if wait <= 0 || b.hurry || b.company != nil { // another leader lingers already
 		b.mu.Unlock()
 		return
 	}
@@ -283,7 +292,7 @@ func (b *Batcher[T]) lingerForCompany() {
 		if b.company == company {
 			b.company = nil
 		}
-		if !arrived || len(b.pending) >= target || !time.Now().Before(deadline) {
+		if !arrived || b.hurry || len(b.pending) >= target || !time.Now().Before(deadline) {
 			b.mu.Unlock()
 			return
 		}
@@ -319,6 +328,13 @@ func (b *Batcher[T]) take(self *call[T]) []*call[T] {
 	b.pending = kept
 	if len(b.pending) == 0 {
 		b.pending = nil // start over rather than creep along the array
+	}
+	b.hurry = false
+	for _, c := range b.pending {
+		if c.state == queued && b.limits.Urgent != nil && b.limits.Urgent(c.item) {
+			b.hurry = true // left for the next batch, which must not linger either
+			break
+		}
 	}
 	for _, c := range batch {
 		c.state = taken

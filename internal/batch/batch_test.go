@@ -246,6 +246,34 @@ func TestLingerWaitsForCompanyOnlyWhenItIsComing(t *testing.T) {
 	assert.ElementsMatch(t, []int{1, 2, 3, 4, 5}, batches[1])
 }
 
+// TestUrgentItemEndsTheLinger lingers for an hour's company at a rate
+// that promises plenty, with arrivals 0.9 s apart on the batcher's clock,
+// so that a leader without company would wait out its patience (four
+// gaps: 3.6 s) before it goes: an urgent leader goes at once, and an
+// urgent item that arrives ends a wait under way and joins its batch.
+func TestUrgentItemEndsTheLinger(t *testing.T) {
+	t.Parallel()
+	r := newRecorder()
+	clock := newClock()
+	urgent := func(item int) bool { return item < 0 }
+	b := batch.New(r.write, batch.Limits[int]{Linger: time.Hour, MaxItems: 100, Now: clock.now, Urgent: urgent})
+	start := time.Now()
+	require.NoError(t, b.Commit(t.Context(), 0), "the first call goes at once")
+	clock.advance(900 * time.Millisecond)
+	require.NoError(t, b.Commit(t.Context(), -1), "an urgent leader goes at once")
+	clock.advance(900 * time.Millisecond)
+
+	out := make(chan outcome, 10)
+	commitAsync(t.Context(), b, 2, out)
+	eventually(t, func() bool { return b.Waiting() == 1 }, "the next caller to lead and linger")
+	commitAsync(t.Context(), b, -3, out)
+	for range 2 {
+		require.NoError(t, receive(t, out, "the lingering leader and the urgent caller").err)
+	}
+	assert.Less(t, time.Since(start), 2*time.Second, "a leader waited out its patience with an urgent item pending")
+	assert.Equal(t, [][]int{{0}, {-1}, {2, -3}}, r.snapshot())
+}
+
 // TestLingerGivesUpWhenCompanyStops runs callers in a closed loop, each
 // committing again only once its last commit returned, against a write
 // that takes a millisecond of the batcher's clock: whatever the rate, no
