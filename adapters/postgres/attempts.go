@@ -57,7 +57,7 @@ func nextWaitsOn(d domain.Delivery) bool {
 // (New calls it, like the events batcher).
 func (s *Store) newWorkerBatchers() workerBatchers {
 	return workerBatchers{
-		claims:   batch.New(s.claimDeliveries, batch.Limits[*claimCall]{}),
+		claims: batch.New(s.claimDeliveries, batch.Limits[*claimCall]{}),
 		attempts: batch.New(s.recordAttempts, batch.Limits[*outcomeCall[attemptWrite]]{
 			Linger: domain.AfterAnswerLinger, Enough: domain.AfterAnswerEnough,
 			Urgent: func(c *outcomeCall[attemptWrite]) bool { return c.urgent },
