@@ -77,6 +77,10 @@ type Schedule struct {
 	// lastHistory is when the history was last maintained (Unix
 	// nanoseconds of the Clock), 0 before the first time.
 	lastHistory atomic.Int64
+	// lastSlow is when the slow scans last ran (see slowDue), and
+	// slowBacklog says they stopped at their batch limit then.
+	lastSlow    atomic.Int64
+	slowBacklog atomic.Bool
 }
 
 // DefaultHistoryInterval is Schedule.HistoryInterval's default.
@@ -128,24 +132,9 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		out.UnfannedEvents = len(events)
 	}
 
-	n, err := uc.reclaim(ctx, ports.EventStream, FanOutGroup)
-	out.ReclaimedEvents = n
-	errs = append(errs, err)
-	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
-	out.ReclaimedDelivs = n
-	errs = append(errs, err)
-
-	window := cmp.Or(uc.IdempotencyWindow, DefaultIdempotencyWindow)
-	n, err = uc.Events.ExpireIdempotencyKeys(ctx, now.Add(-window), uc.batch())
-	out.ExpiredKeys = n
-	if err != nil {
-		errs = append(errs, fmt.Errorf("free expired idempotency keys: %w", err))
-	}
-
-	if uc.Subscriptions != nil {
-		n, err := uc.finishDeletions(ctx)
-		out.DeletionBatches = n
-		errs = append(errs, err)
+	slow := uc.slowDue(now)
+	if slow {
+		uc.slowScans(ctx, now, &out, &errs)
 	}
 
 	if uc.History != nil && uc.historyDue(now) {
@@ -158,12 +147,58 @@ func (uc *Schedule) Tick(ctx context.Context) (Swept, error) {
 		}
 	}
 
-	for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
-		if err := uc.Queue.Trim(ctx, stream); err != nil {
-			errs = append(errs, fmt.Errorf("trim %s: %w", stream, err))
+	if slow {
+		for _, stream := range []string{ports.EventStream, ports.DeliveryStream} {
+			if err := uc.Queue.Trim(ctx, stream); err != nil {
+				errs = append(errs, fmt.Errorf("trim %s: %w", stream, err))
+			}
 		}
+		b := uc.batch()
+		uc.slowBacklog.Store(out.ReclaimedEvents >= b || out.ReclaimedDelivs >= b || out.ExpiredKeys >= b || out.DeletionBatches > 0)
 	}
 	return out, errors.Join(errs...)
+}
+
+// slowScans are the scans that need not run every tick (slowDue):
+// reclaiming stream entries idle past the visibility timeout, freeing
+// idempotency keys past their window, and finishing interrupted
+// subscription deletions.
+func (uc *Schedule) slowScans(ctx context.Context, now time.Time, out *Swept, errs *[]error) {
+	n, err := uc.reclaim(ctx, ports.EventStream, FanOutGroup)
+	out.ReclaimedEvents = n
+	*errs = append(*errs, err)
+	n, err = uc.reclaim(ctx, ports.DeliveryStream, DeliverGroup)
+	out.ReclaimedDelivs = n
+	*errs = append(*errs, err)
+
+	window := cmp.Or(uc.IdempotencyWindow, DefaultIdempotencyWindow)
+	n, err = uc.Events.ExpireIdempotencyKeys(ctx, now.Add(-window), uc.batch())
+	out.ExpiredKeys = n
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("free expired idempotency keys: %w", err))
+	}
+
+	if uc.Subscriptions != nil {
+		n, err := uc.finishDeletions(ctx)
+		out.DeletionBatches = n
+		*errs = append(*errs, err)
+	}
+}
+
+// slowDue reports whether the slow scans (slowScans, and the streams'
+// trims) are due at now, and if so marks them done at now. They run at
+// most once per tenth of the visibility timeout: what they look for has
+// waited a visibility timeout (an entry whose consumer went quiet) or
+// longer (a key past its window, a deletion a crash interrupted), so a
+// tenth more is little, and an idle scheduler spares Redis and PostgreSQL
+// a dozen commands a tick. After a pass that stopped at its batch limit
+// they run again at the next tick, as a backlog needs.
+func (uc *Schedule) slowDue(now time.Time) bool {
+	last := uc.lastSlow.Load()
+	if last != 0 && !uc.slowBacklog.Load() && now.Sub(time.Unix(0, last)) < uc.visibility()/10 {
+		return false
+	}
+	return uc.lastSlow.CompareAndSwap(last, now.UnixNano())
 }
 
 // historyDue reports whether the history is due for maintenance at now,

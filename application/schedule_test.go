@@ -258,3 +258,64 @@ func TestScheduleMaintainsHistoryAtMostEveryInterval(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, history.calls, "again once the interval passed")
 }
+
+// countingStreams counts the scheduler's reclaims and trims, and hands
+// out the entries queued in idle to the next reclaim of their stream.
+type countingStreams struct {
+	reclaimingStreams
+	reclaims, trims int
+}
+
+func (q *countingStreams) Reclaim(ctx context.Context, stream, group, consumer string, idle time.Duration, limit int) ([]ports.Message, error) {
+	q.mu.Lock()
+	q.reclaims++
+	q.mu.Unlock()
+	return q.reclaimingStreams.Reclaim(ctx, stream, group, consumer, idle, limit)
+}
+
+func (q *countingStreams) Trim(context.Context, string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.trims++
+	return nil
+}
+
+// TestScheduleReclaimsAndTrimsAtMostEveryTenthOfTheVisibilityTimeout: an
+// idle scheduler ticking every second reclaims and trims once per 3 s
+// (the default 30 s visibility timeout), but a reclaim that took a whole
+// batch is followed at the next tick, as a backlog needs.
+func TestScheduleReclaimsAndTrimsAtMostEveryTenthOfTheVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	queue := &countingStreams{reclaimingStreams: reclaimingStreams{newRecordingQueue(), map[string][]ports.Message{}}}
+	s := &application.Schedule{Events: &backlogStore{}, Deliveries: &backlogStore{}, Queue: queue, Clock: clock,
+		BatchSize: 2, Consumer: "s"}
+	tick := func() application.Swept {
+		t.Helper()
+		swept, err := s.Tick(t.Context())
+		require.NoError(t, err)
+		clock.Advance(time.Second)
+		return swept
+	}
+	calls := func() [2]int {
+		queue.mu.Lock()
+		defer queue.mu.Unlock()
+		return [2]int{queue.reclaims, queue.trims}
+	}
+	tick()
+	assert.Equal(t, [2]int{2, 2}, calls(), "the first tick reclaims and trims both streams")
+	tick()
+	tick()
+	assert.Equal(t, [2]int{2, 2}, calls(), "not again within 3 s")
+
+	queue.mu.Lock()
+	queue.idle[ports.DeliveryStream] = []ports.Message{{ID: "1-0", Body: "dlv_1"}, {ID: "1-1", Body: "dlv_2"}}
+	queue.mu.Unlock()
+	swept := tick()
+	assert.Equal(t, 2, swept.ReclaimedDelivs)
+	assert.Equal(t, [2]int{4, 4}, calls(), "again once 3 s passed")
+	tick()
+	assert.Equal(t, [2]int{6, 6}, calls(), "a whole batch reclaimed: again at the next tick")
+	tick()
+	assert.Equal(t, [2]int{6, 6}, calls(), "nothing more came: back to once per 3 s")
+}

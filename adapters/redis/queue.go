@@ -83,15 +83,17 @@ type QueueOptions struct {
 	// lost, so a cap costs latency, not data. 0, the default, leaves MAXLEN
 	// out.
 	MaxLen int64
-	// BlockSlice is the longest single server-side BLOCK of a Read; a longer
-	// block is waited out in slices. go-redis does not interrupt a blocked
-	// command when its context is cancelled, so this bounds how long a
-	// cancelled Read keeps waiting (graceful shutdown). Each slice that
-	// times out costs an idle consumer one cheap round trip. On Redis
-	// Cluster a blocked read waits on one partition (a command cannot span
-	// slots) and the others are looked at between slices, so it also
-	// bounds how long an entry there can wait for an idle consumer. 0 means
-	// DefaultBlockSlice.
+	// BlockSlice is the longest single server-side BLOCK of a Read that
+	// cannot block on every partition at once: on Redis Cluster, where a
+	// command cannot span slots, or when a Read asks for fewer entries
+	// than there are partitions. It blocks on some partitions and looks at
+	// the others between slices, so this bounds how long an entry there
+	// can wait for an idle consumer. A Read that blocks on every partition
+	// blocks once for its whole wait: an idle consumer then costs one
+	// round trip per Read's block, not one per slice. go-redis does not
+	// interrupt a blocked command when its context is cancelled, so a
+	// cancelled Read keeps waiting up to its block or slice (graceful
+	// shutdown). 0 means DefaultBlockSlice.
 	BlockSlice time.Duration
 }
 
@@ -226,17 +228,18 @@ func (q *Queue) xaddArgs(key string, e ports.Entry) *goredis.XAddArgs {
 
 // Read reads up to count new entries from the partitions of stream. It
 // first looks at every partition without blocking (see sweep); when all
-// are empty it blocks (see blockRead) in slices of at most BlockSlice, so
-// that a cancelled ctx is noticed promptly, and then fills the batch from
-// the other partitions. Groups (and streams) are created on the first
-// NOGROUP reply.
+// are empty it blocks (see blockRead), on every partition at once for the
+// whole block when it can, otherwise in slices of at most BlockSlice on
+// some of them with the others looked at between slices, and then fills
+// the batch from the other partitions. Groups (and streams) are created
+// on the first NOGROUP reply.
 //
 // A consumer that left every partition empty on its last read (its
 // reader is keeping up, as at any everyday rate) skips the first sweep
 // and the fill: the blocking read alone, on every partition at once,
 // returns at once what arrived meanwhile and otherwise waits. So a read
 // that keeps up costs one round trip instead of three, and an idle one a
-// blocking read per BlockSlice and nothing between them. It sweeps again
+// blocking read per block and nothing else. It sweeps again
 // as soon as a read may have left entries behind.
 func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count int, block time.Duration) ([]ports.Message, error) {
 	if err := ctx.Err(); err != nil {
@@ -264,7 +267,10 @@ func (q *Queue) Read(ctx context.Context, stream, group, consumer string, count 
 			q.setCaughtUp(reader, whole)
 			return []ports.Message{}, nil
 		}
-		slice := min(remaining, q.blockSlice)
+		slice := remaining
+		if !whole {
+			slice = min(slice, q.blockSlice)
+		}
 		if d, ok := ctx.Deadline(); ok {
 			// go-redis would turn a ctx deadline inside the BLOCK into a
 			// socket timeout and drop the connection; stop short instead.
