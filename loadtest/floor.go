@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -30,13 +31,19 @@ import (
 // decoded, 202 answered) and sends its signed webhook with a worker's
 // sender, with no storage and no queue. Dispatch's CPU per event at a
 // rate cannot go below the relay's at that rate; what it spends above is
-// PostgreSQL, Redis and the hand-off between its processes.
+// PostgreSQL, Redis and the hand-off between its processes. With
+// --durable the relay also commits each event before its 202 and each
+// attempt after its answer (see floordurable.go).
 
 const floorUsage = `Usage: dispatch-load floor [flags]
 
 Measures the floor under Dispatch's CPU per event: a relay process that
 receives each publish and sends its signed webhook, with no storage and no
 queue, at each rate for --duration; prints the relay's CPU per event.
+With --durable the relay commits each event to PostgreSQL before its 202
+and each attempt once the endpoint answered, in group commits with
+Dispatch's lingers, on a database of its own (dropped at the end); the
+CPU per event then counts PostgreSQL too.
 
 Flags:
 `
@@ -50,6 +57,8 @@ func floorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	rates := fs.String("rates", "100,1000,5000", "comma-separated rates in events/s")
 	duration := fs.Duration("duration", 20*time.Second, "how long each rate is measured, after 2s of warm-up")
+	durable := fs.Bool("durable", false, "commit each event and each attempt to PostgreSQL, as the least a sender that loses nothing does")
+	databaseURL := fs.String("database-url", baseConfig().DatabaseURL, "PostgreSQL server on which --durable creates and drops a database of its own ($DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -65,27 +74,55 @@ func floorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "--duration must be 1s..10m, got %s\n", *duration)
 		return 2
 	}
+	if u, err := url.Parse(*databaseURL); *durable && (err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql")) {
+		fmt.Fprintf(stderr, "--database-url must be a postgres:// URL, got %q\n", redact(*databaseURL))
+		return 2
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(stderr, "floor:", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "| events/s | relay CPU per event | relay cores busy |")
-	fmt.Fprintln(stdout, "|---:|---:|---:|")
+	if !*durable {
+		fmt.Fprintln(stdout, "| events/s | relay CPU per event | relay cores busy |")
+		fmt.Fprintln(stdout, "|---:|---:|---:|")
+	} else {
+		fmt.Fprintln(stdout, "| events/s | CPU per event: relay and PostgreSQL | relay | PostgreSQL |")
+		fmt.Fprintln(stdout, "|---:|---:|---:|---:|")
+	}
 	for _, rate := range list {
-		perEvent, cores, err := measureFloor(ctx, self, rate, *duration)
+		dsn, drop := "", func() {}
+		if *durable {
+			if dsn, drop, err = floorDatabase(ctx, *databaseURL); err != nil {
+				fmt.Fprintln(stderr, "floor:", err)
+				return 1
+			}
+		}
+		m, err := measureFloor(ctx, self, rate, *duration, dsn)
+		drop()
 		if err != nil {
 			fmt.Fprintln(stderr, "floor:", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "| %s | %.3f ms | %.2f |\n", thousands(int64(rate)), perEvent, cores)
+		if !*durable {
+			fmt.Fprintf(stdout, "| %s | %.3f ms | %.2f |\n", thousands(int64(rate)), m.relayMs, m.relayCores)
+		} else {
+			fmt.Fprintf(stdout, "| %s | %.3f ms | %.3f ms | %.3f ms |\n", thousands(int64(rate)), m.relayMs+m.postgresMs, m.relayMs, m.postgresMs)
+		}
 	}
 	return 0
 }
 
+// floorMeasure is what one rate of the floor cost: CPU per event in ms of
+// the relay and of PostgreSQL (durable only), and the relay's cores busy.
+type floorMeasure struct {
+	relayMs, postgresMs, relayCores float64
+}
+
 // measureFloor runs a relay process (self floor-relay) at rate for
-// duration and returns its CPU per event in ms and its cores busy.
-func measureFloor(ctx context.Context, self string, rate float64, duration time.Duration) (perEvent, cores float64, err error) {
+// duration, durable on database dsn when it is set, and returns what it
+// cost.
+func measureFloor(ctx context.Context, self string, rate float64, duration time.Duration, dsn string) (floorMeasure, error) {
 	var received atomic.Int64
 	receiver := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -94,24 +131,28 @@ func measureFloor(ctx context.Context, self string, rate float64, duration time.
 	}), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, 0, err
+		return floorMeasure{}, err
 	}
 	go func() { _ = receiver.Serve(ln) }()
 	defer func() { _ = receiver.Close() }()
 
-	cmd := exec.CommandContext(ctx, self, floorRelayArg, "http://"+ln.Addr().String()+"/hook")
+	args := []string{floorRelayArg, "http://" + ln.Addr().String() + "/hook"}
+	if dsn != "" {
+		args = append(args, dsn)
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, 0, err
+		return floorMeasure{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, 0, fmt.Errorf("start the relay: %w", err)
+		return floorMeasure{}, fmt.Errorf("start the relay: %w", err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		return 0, 0, fmt.Errorf("the relay did not say its address: %w", err)
+		return floorMeasure{}, fmt.Errorf("the relay did not say its address: %w", err)
 	}
 	publishURL := "http://" + strings.TrimSpace(addr) + "/v1/events"
 
@@ -134,37 +175,63 @@ func measureFloor(ctx context.Context, self string, rate float64, duration time.
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	next := start
-	var ticks0, received0 int64
+	var received0 int64
+	var first cpuSample
 	measuring := false
 	for time.Since(start) < warmUp+duration && ctx.Err() == nil {
 		if !measuring && time.Since(start) >= warmUp {
-			if ticks0, err = processTicks(cmd.Process.Pid); err != nil {
-				break
+			groups := cpuGroups{roles: []int{cmd.Process.Pid}}
+			if dsn != "" {
+				if groups.postgres, err = floorPostgresPIDs(ctx, dsn); err != nil {
+					break
+				}
 			}
-			received0, measuring = received.Load(), true
+			first, received0, measuring = takeCPUSample(groups), received.Load(), true
 		}
 		next = next.Add(interval)
 		time.Sleep(time.Until(next))
 		ticks <- struct{}{}
 	}
-	var ticks1 int64
-	if err == nil {
-		ticks1, err = processTicks(cmd.Process.Pid)
+	var last cpuSample
+	if err == nil && measuring {
+		groups := first.groups
+		if dsn != "" {
+			// Backends the relay's pool opened meanwhile count from zero.
+			var pids []int
+			if pids, err = floorPostgresPIDs(ctx, dsn); err == nil {
+				groups = groups.union(cpuGroups{postgres: pids})
+			}
+		}
+		last = takeCPUSample(groups)
 	}
 	events := received.Load() - received0
 	close(ticks)
 	wg.Wait()
 	if err != nil {
-		return 0, 0, err
+		return floorMeasure{}, err
 	}
 	if ctx.Err() != nil {
-		return 0, 0, ctx.Err()
+		return floorMeasure{}, ctx.Err()
 	}
 	if events <= 0 {
-		return 0, 0, fmt.Errorf("no webhook reached the receiver at %g events/s", rate)
+		return floorMeasure{}, fmt.Errorf("no webhook reached the receiver at %g events/s", rate)
 	}
-	cpuMs := float64(ticks1-ticks0) * 1000 / clockTicks
-	return cpuMs / float64(events), cpuMs / 1000 / duration.Seconds(), nil
+	if _, ok := last.perPID[cmd.Process.Pid]; !ok {
+		return floorMeasure{}, fmt.Errorf("the relay's CPU time could not be read at %g events/s", rate)
+	}
+	ms := func(pids []int) float64 {
+		var ticks int64
+		for _, pid := range pids {
+			ticks += last.perPID[pid] - first.perPID[pid]
+		}
+		return float64(ticks) * 1000 / clockTicks
+	}
+	relay := ms(last.groups.roles)
+	return floorMeasure{
+		relayMs:    relay / float64(events),
+		postgresMs: ms(last.groups.postgres) / float64(events),
+		relayCores: relay / 1000 / duration.Seconds(),
+	}, nil
 }
 
 // floorRelayArg is the hidden subcommand the floor starts itself with.
@@ -173,9 +240,18 @@ const floorRelayArg = "floor-relay"
 // floorRelayMain serves a relay on a free loopback port, prints its
 // address, and serves until killed.
 func floorRelayMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: dispatch-load floor-relay <webhook URL>")
+	if len(args) != 1 && len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: dispatch-load floor-relay <webhook URL> [<database URL>]")
 		return 2
+	}
+	var store *floorStore
+	if len(args) == 2 {
+		var err error
+		if store, err = openFloorStore(context.Background(), args[1]); err != nil {
+			fmt.Fprintln(stderr, "floor-relay:", err)
+			return 1
+		}
+		defer store.close()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -183,7 +259,7 @@ func floorRelayMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, ln.Addr().String())
-	srv := &http.Server{Handler: newFloorRelay(args[0]), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newFloorRelay(args[0], store), ReadHeaderTimeout: 10 * time.Second}
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(stderr, "floor-relay:", err)
 		return 1
@@ -196,8 +272,10 @@ var floorRelaySecret = domain.MustGenerateSecret()
 
 // newFloorRelay is the relay's handler: each publish is decoded and
 // answered 202, then its signed webhook is sent to target by the
-// worker's own sender (adapters/webhook), as a delivery is.
-func newFloorRelay(target string) http.Handler {
+// worker's own sender (adapters/webhook), as a delivery is. With a store,
+// the event is committed before the 202 and the attempt once the
+// endpoint answered.
+func newFloorRelay(target string, store *floorStore) http.Handler {
 	sender := webhook.NewSender(webhook.SenderOptions{
 		Policy:          webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		MaxConnsPerHost: 1024,
@@ -214,6 +292,14 @@ func newFloorRelay(target string) http.Handler {
 			return
 		}
 		id := "evt_" + strconv.FormatInt(n.Add(1), 10)
+		accepted := time.Now()
+		if store != nil {
+			err := store.events.Commit(r.Context(), floorEvent{id: id, typ: ev.Type, source: ev.Source, data: ev.Data, at: accepted})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = fmt.Fprintf(w, `{"id":%q}`, id)
@@ -225,7 +311,13 @@ func newFloorRelay(target string) http.Handler {
 			header.Set("webhook-id", id)
 			header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
 			header.Set("webhook-signature", domain.Sign([]domain.Secret{floorRelaySecret}, id, now, payload))
-			_, _ = sender.Send(context.Background(), ports.WebhookRequest{URL: target, Header: header, Body: payload, Timeout: 10 * time.Second})
+			res, err := sender.Send(context.Background(), ports.WebhookRequest{URL: target, Header: header, Body: payload, Timeout: 10 * time.Second})
+			if store != nil {
+				if err != nil {
+					res.StatusCode = 0
+				}
+				_ = store.attempts.Commit(context.Background(), floorAttempt{eventID: id, statusCode: res.StatusCode, took: res.Duration, at: time.Now()})
+			}
 		}()
 	})
 }

@@ -29,7 +29,7 @@ func TestFloorRelaySendsEachPublishSigned(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer receiver.Close()
-	relay := httptest.NewServer(newFloorRelay(receiver.URL + "/hook"))
+	relay := httptest.NewServer(newFloorRelay(receiver.URL+"/hook", nil))
 	defer relay.Close()
 
 	resp, err := http.Post(relay.URL+"/v1/events", "application/json",
@@ -66,10 +66,68 @@ func TestFloorRelaySendsEachPublishSigned(t *testing.T) {
 	}
 }
 
+// The durable floor's relay commits the event before its 202 and the
+// attempt once the endpoint answered, on a database of its own that the
+// floor drops; the floor counts that database's backends as PostgreSQL.
+func TestDurableFloorRelayCommitsEventAndAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn, drop, err := floorDatabase(ctx, serverURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drop()
+	store, err := openFloorStore(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.close()
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+	relay := httptest.NewServer(newFloorRelay(receiver.URL+"/hook", store))
+	defer relay.Close()
+
+	resp, err := http.Post(relay.URL+"/v1/events", "application/json",
+		strings.NewReader(`{"type":"order.created","source":"shop","data":{"n":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("publish answered %d, want 202", resp.StatusCode)
+	}
+	var data string
+	if err := store.pool.QueryRow(ctx, `SELECT data::text FROM floor_events`).Scan(&data); err != nil || data != `{"n": 1}` {
+		t.Fatalf("event stored before the 202: %q, %v; want its data", data, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var code int
+		err := store.pool.QueryRow(ctx, `SELECT status_code FROM floor_attempts`).Scan(&code)
+		if err == nil {
+			if code != http.StatusNoContent {
+				t.Errorf("attempt recorded with %d, want 204", code)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no attempt recorded within 10s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pids, err := floorPostgresPIDs(ctx, dsn)
+	if err != nil || len(pids) < 2 {
+		t.Errorf("PostgreSQL processes %v, %v; want the relay's backend and the server's own", pids, err)
+	}
+}
+
 // Bad flags are refused before anything starts.
 func TestFloorRefusesBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--rates", "0"}, {"--rates", "ten"}, {"--duration", "10ms"}} {
+	for _, args := range [][]string{{"--rates", "0"}, {"--rates", "ten"}, {"--duration", "10ms"}, {"--durable", "--database-url", "mysql://x"}} {
 		var stderr bytes.Buffer
 		if code := floorMain(context.Background(), args, io.Discard, &stderr); code != 2 {
 			t.Errorf("floor %q exited %d, want 2 (%s)", args, code, stderr.String())

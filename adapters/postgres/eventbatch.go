@@ -28,24 +28,24 @@ const (
 	// batch mostly waited for the first one's flush: bigger batches for
 	// the same events/s, and less of PostgreSQL's CPU per event.
 	eventWriters = 1
-	// eventLinger is the longest a batch of events waits for company,
-	// and eventEnough the batch it is content with (batch.Limits): it
+	// EventLinger is the longest a batch of events waits for company,
+	// and EventEnough the batch it is content with (batch.Limits): it
 	// waits only while publishes come often enough to bring some, so a
 	// lone publish never waits. The events committed together are then
 	// appended to the queue together, read together and claimed,
 	// admitted and recorded together, so this one wait gives the whole
 	// pipeline its batches at moderate rates: at 1,000 events/s a commit
 	// carries about 15 events instead of 1, at 100/s about 2. The 202
-	// waits for the commit, so publishes pay it: at most eventLinger,
+	// waits for the commit, so publishes pay it: at most EventLinger,
 	// about 15 gaps between publishes when they come faster, nothing when
-	// they come slower than one per eventLinger. That keeps a publish's
+	// they come slower than one per EventLinger. That keeps a publish's
 	// p99 under the 25 ms ingest bound (SPEC §6) at every rate while
 	// nearly halving the pipeline's fixed costs against a 10 ms, 8-event
 	// linger; the deliveries' accepted→received latency does not pay it.
 	// (20 ms cost no less CPU at 100/s and raised a publish's p99 there
 	// to 25 ms.)
-	eventLinger = 15 * time.Millisecond
-	eventEnough = 16
+	EventLinger = 15 * time.Millisecond
+	EventEnough = 16
 )
 
 // maxSubscriptionRaces bounds how often a batch with events fanned out
@@ -79,8 +79,8 @@ func (s *Store) newEventBatcher(writers int) *batch.Batcher[newEvent] {
 		MaxWeight: maxEventBatchBytes,
 		Weigh:     eventRowSize,
 		Writers:   writers,
-		Linger:    eventLinger,
-		Enough:    eventEnough,
+		Linger:    EventLinger,
+		Enough:    EventEnough,
 	})
 }
 
