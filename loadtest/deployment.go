@@ -164,23 +164,43 @@ func startDeployment(ctx context.Context, cfg Config, dispatchBin string, stderr
 }
 
 func (d *deployment) createDatabase(ctx context.Context, serverURL, name string) (string, error) {
+	admin, dsn, err := newDatabase(ctx, serverURL, name)
+	if err != nil {
+		return "", err
+	}
+	d.admin, d.database = admin, name
+	return dsn, nil
+}
+
+// checkPostgresURL parses serverURL, which must be a postgres:// URL.
+func checkPostgresURL(serverURL string) (*url.URL, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("--database-url must be a postgres:// URL, got %q", redact(serverURL))
+		return nil, fmt.Errorf("--database-url must be a postgres:// URL, got %q", redact(serverURL))
+	}
+	return u, nil
+}
+
+// newDatabase creates database name on the PostgreSQL server of serverURL
+// and returns a connection to that server (to count its processes and
+// drop the database by) and the new database's URL.
+func newDatabase(ctx context.Context, serverURL, name string) (admin *pgx.Conn, dsn string, err error) {
+	u, err := checkPostgresURL(serverURL)
+	if err != nil {
+		return nil, "", err
 	}
 	// pool_* parameters are for Dispatch's pgxpool (and pass through to
 	// it); a plain connection would send them to the server.
-	conn, err := pgx.Connect(ctx, withoutPoolParams(*u))
+	admin, err = pgx.Connect(ctx, withoutPoolParams(*u))
 	if err != nil {
-		return "", fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
+		return nil, "", fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
 	}
-	d.admin = conn
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		_ = admin.Close(ctx)
+		return nil, "", fmt.Errorf("create database %s: %w", name, err)
 	}
-	d.database = name
 	u.Path = "/" + name
-	return u.String(), nil
+	return admin, u.String(), nil
 }
 
 // connect opens a plain connection to the run's database.
@@ -651,17 +671,7 @@ func (d *deployment) cpuGroups(ctx context.Context) cpuGroups {
 	for _, r := range d.roles {
 		g.roles = append(g.roles, r.cmd.Process.Pid)
 	}
-	rows, err := d.admin.Query(ctx,
-		`SELECT pid FROM pg_stat_activity WHERE datname = $1 OR (datname IS NULL AND backend_type <> 'client backend')`, d.database)
-	if err == nil {
-		for rows.Next() {
-			var pid int32
-			if rows.Scan(&pid) == nil {
-				g.postgres = append(g.postgres, int(pid))
-			}
-		}
-		rows.Close()
-	}
+	g.postgres, _ = postgresPIDs(ctx, d.admin, d.database)
 	if info, err := d.redis.Info(ctx, "server").Result(); err == nil {
 		for _, line := range strings.Split(info, "\r\n") {
 			if v, ok := strings.CutPrefix(line, "process_id:"); ok {
@@ -674,6 +684,18 @@ func (d *deployment) cpuGroups(ctx context.Context) cpuGroups {
 		}
 	}
 	return g
+}
+
+// postgresPIDs are the PostgreSQL processes a run counts: the backends
+// connected to database and the server's shared processes (WAL writer,
+// checkpointer, …).
+func postgresPIDs(ctx context.Context, admin *pgx.Conn, database string) ([]int, error) {
+	rows, err := admin.Query(ctx,
+		`SELECT pid FROM pg_stat_activity WHERE datname = $1 OR (datname IS NULL AND backend_type <> 'client backend')`, database)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
 // union returns g with the pids of other added.

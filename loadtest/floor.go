@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -74,8 +73,8 @@ func floorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "--duration must be 1s..10m, got %s\n", *duration)
 		return 2
 	}
-	if u, err := url.Parse(*databaseURL); *durable && (err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql")) {
-		fmt.Fprintf(stderr, "--database-url must be a postgres:// URL, got %q\n", redact(*databaseURL))
+	if _, err := checkPostgresURL(*databaseURL); *durable && err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	self, err := os.Executable()
@@ -91,15 +90,17 @@ func floorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stdout, "|---:|---:|---:|---:|")
 	}
 	for _, rate := range list {
-		dsn, drop := "", func() {}
+		var db *floorDatabase
 		if *durable {
-			if dsn, drop, err = floorDatabase(ctx, *databaseURL); err != nil {
+			if db, err = newFloorDatabase(ctx, *databaseURL); err != nil {
 				fmt.Fprintln(stderr, "floor:", err)
 				return 1
 			}
 		}
-		m, err := measureFloor(ctx, self, rate, *duration, dsn)
-		drop()
+		m, err := measureFloor(ctx, self, rate, *duration, db)
+		if db != nil {
+			db.drop()
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, "floor:", err)
 			return 1
@@ -120,9 +121,8 @@ type floorMeasure struct {
 }
 
 // measureFloor runs a relay process (self floor-relay) at rate for
-// duration, durable on database dsn when it is set, and returns what it
-// cost.
-func measureFloor(ctx context.Context, self string, rate float64, duration time.Duration, dsn string) (floorMeasure, error) {
+// duration, durable on db when it is set, and returns what it cost.
+func measureFloor(ctx context.Context, self string, rate float64, duration time.Duration, db *floorDatabase) (floorMeasure, error) {
 	var received atomic.Int64
 	receiver := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -137,8 +137,8 @@ func measureFloor(ctx context.Context, self string, rate float64, duration time.
 	defer func() { _ = receiver.Close() }()
 
 	args := []string{floorRelayArg, "http://" + ln.Addr().String() + "/hook"}
-	if dsn != "" {
-		args = append(args, dsn)
+	if db != nil {
+		args = append(args, db.dsn)
 	}
 	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
@@ -181,8 +181,8 @@ func measureFloor(ctx context.Context, self string, rate float64, duration time.
 	for time.Since(start) < warmUp+duration && ctx.Err() == nil {
 		if !measuring && time.Since(start) >= warmUp {
 			groups := cpuGroups{roles: []int{cmd.Process.Pid}}
-			if dsn != "" {
-				if groups.postgres, err = floorPostgresPIDs(ctx, dsn); err != nil {
+			if db != nil {
+				if groups.postgres, err = db.pids(ctx); err != nil {
 					break
 				}
 			}
@@ -195,10 +195,10 @@ func measureFloor(ctx context.Context, self string, rate float64, duration time.
 	var last cpuSample
 	if err == nil && measuring {
 		groups := first.groups
-		if dsn != "" {
+		if db != nil {
 			// Backends the relay's pool opened meanwhile count from zero.
 			var pids []int
-			if pids, err = floorPostgresPIDs(ctx, dsn); err == nil {
+			if pids, err = db.pids(ctx); err == nil {
 				groups = groups.union(cpuGroups{postgres: pids})
 			}
 		}
@@ -270,54 +270,65 @@ func floorRelayMain(args []string, stdout, stderr io.Writer) int {
 // floorRelaySecret signs the relay's webhooks.
 var floorRelaySecret = domain.MustGenerateSecret()
 
-// newFloorRelay is the relay's handler: each publish is decoded and
-// answered 202, then its signed webhook is sent to target by the
-// worker's own sender (adapters/webhook), as a delivery is. With a store,
-// the event is committed before the 202 and the attempt once the
-// endpoint answered.
-func newFloorRelay(target string, store *floorStore) http.Handler {
-	sender := webhook.NewSender(webhook.SenderOptions{
+// floorRelay is the relay's handler: each publish is decoded and answered
+// 202, then its signed webhook is sent to target by the worker's own
+// sender (adapters/webhook), as a delivery is. With a store, the event is
+// committed before the 202 and the attempt once the endpoint answered.
+type floorRelay struct {
+	target string
+	store  *floorStore
+	sender *webhook.Sender
+	n      atomic.Int64
+	// sends tracks the webhooks on their way (and their records).
+	sends sync.WaitGroup
+}
+
+func newFloorRelay(target string, store *floorStore) *floorRelay {
+	return &floorRelay{target: target, store: store, sender: webhook.NewSender(webhook.SenderOptions{
 		Policy:          webhook.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		MaxConnsPerHost: 1024,
-	})
-	var n atomic.Int64
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var ev struct {
-			Type   string          `json:"type"`
-			Source string          `json:"source"`
-			Data   json.RawMessage `json:"data"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+	})}
+}
+
+func (f *floorRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var ev struct {
+		Type   string          `json:"type"`
+		Source string          `json:"source"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	id := "evt_" + strconv.FormatInt(f.n.Add(1), 10)
+	if f.store != nil {
+		err := f.store.events.Commit(r.Context(), floorEvent{id: id, typ: ev.Type, source: ev.Source, data: ev.Data, at: time.Now()})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		id := "evt_" + strconv.FormatInt(n.Add(1), 10)
-		accepted := time.Now()
-		if store != nil {
-			err := store.events.Commit(r.Context(), floorEvent{id: id, typ: ev.Type, source: ev.Source, data: ev.Data, at: accepted})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = fmt.Fprintf(w, `{"id":%q}`, id)
+	f.sends.Go(func() {
+		now := time.Now()
+		payload, _ := json.Marshal(map[string]any{"id": id, "type": ev.Type, "source": ev.Source, "timestamp": now, "data": ev.Data})
+		header := http.Header{}
+		header.Set("Content-Type", "application/json")
+		header.Set("webhook-id", id)
+		header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+		header.Set("webhook-signature", domain.Sign([]domain.Secret{floorRelaySecret}, id, now, payload))
+		res, err := f.sender.Send(context.Background(), ports.WebhookRequest{URL: f.target, Header: header, Body: payload, Timeout: 10 * time.Second})
+		if f.store != nil {
 			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
+				res.StatusCode = 0
 			}
+			_ = f.store.attempts.Commit(context.Background(), floorAttempt{eventID: id, statusCode: res.StatusCode, took: res.Duration, at: time.Now()})
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = fmt.Fprintf(w, `{"id":%q}`, id)
-		go func() {
-			now := time.Now()
-			payload, _ := json.Marshal(map[string]any{"id": id, "type": ev.Type, "source": ev.Source, "timestamp": now, "data": ev.Data})
-			header := http.Header{}
-			header.Set("Content-Type", "application/json")
-			header.Set("webhook-id", id)
-			header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-			header.Set("webhook-signature", domain.Sign([]domain.Secret{floorRelaySecret}, id, now, payload))
-			res, err := sender.Send(context.Background(), ports.WebhookRequest{URL: target, Header: header, Body: payload, Timeout: 10 * time.Second})
-			if store != nil {
-				if err != nil {
-					res.StatusCode = 0
-				}
-				_ = store.attempts.Commit(context.Background(), floorAttempt{eventID: id, statusCode: res.StatusCode, took: res.Duration, at: time.Now()})
-			}
-		}()
 	})
 }
+
+// wait waits until the webhooks of the publishes answered so far were
+// sent, and with a store, their attempts committed.
+func (f *floorRelay) wait() { f.sends.Wait() }

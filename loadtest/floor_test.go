@@ -32,14 +32,8 @@ func TestFloorRelaySendsEachPublishSigned(t *testing.T) {
 	relay := httptest.NewServer(newFloorRelay(receiver.URL+"/hook", nil))
 	defer relay.Close()
 
-	resp, err := http.Post(relay.URL+"/v1/events", "application/json",
-		bytes.NewReader([]byte(`{"type":"order.created","source":"shop","data":{"n":1}}`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("publish answered %d, want 202", resp.StatusCode)
+	if code := floorPublish(t, relay.URL, `{"type":"order.created","source":"shop","data":{"n":1}}`); code != http.StatusAccepted {
+		t.Fatalf("publish answered %d, want 202", code)
 	}
 	var got hook
 	select {
@@ -50,19 +44,14 @@ func TestFloorRelaySendsEachPublishSigned(t *testing.T) {
 	if !strings.Contains(string(got.body), `"data":{"n":1}`) || !strings.Contains(string(got.body), `"type":"order.created"`) {
 		t.Errorf("webhook body %s lacks the event", got.body)
 	}
-	err = domain.Verify([]domain.Secret{floorRelaySecret}, got.header.Get("webhook-id"), got.header.Get("webhook-timestamp"),
+	err := domain.Verify([]domain.Secret{floorRelaySecret}, got.header.Get("webhook-id"), got.header.Get("webhook-timestamp"),
 		got.body, got.header.Get("webhook-signature"), time.Now(), time.Minute)
 	if err != nil {
 		t.Errorf("signature does not verify: %v", err)
 	}
 
-	resp, err = http.Post(relay.URL+"/v1/events", "application/json", strings.NewReader(`{"type":`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("a publish that is not JSON answered %d, want 400", resp.StatusCode)
+	if code := floorPublish(t, relay.URL, `{"type":`); code != http.StatusBadRequest {
+		t.Errorf("a publish that is not JSON answered %d, want 400", code)
 	}
 }
 
@@ -72,12 +61,12 @@ func TestFloorRelaySendsEachPublishSigned(t *testing.T) {
 func TestDurableFloorRelayCommitsEventAndAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dsn, drop, err := floorDatabase(ctx, serverURL())
+	db, err := newFloorDatabase(ctx, serverURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer drop()
-	store, err := openFloorStore(ctx, dsn)
+	defer db.drop()
+	store, err := openFloorStore(ctx, db.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,38 +76,23 @@ func TestDurableFloorRelayCommitsEventAndAttempt(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer receiver.Close()
-	relay := httptest.NewServer(newFloorRelay(receiver.URL+"/hook", store))
+	relayHandler := newFloorRelay(receiver.URL+"/hook", store)
+	relay := httptest.NewServer(relayHandler)
 	defer relay.Close()
 
-	resp, err := http.Post(relay.URL+"/v1/events", "application/json",
-		strings.NewReader(`{"type":"order.created","source":"shop","data":{"n":1}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("publish answered %d, want 202", resp.StatusCode)
+	if code := floorPublish(t, relay.URL, `{"type":"order.created","source":"shop","data":{"n":1}}`); code != http.StatusAccepted {
+		t.Fatalf("publish answered %d, want 202", code)
 	}
 	var data string
 	if err := store.pool.QueryRow(ctx, `SELECT data::text FROM floor_events`).Scan(&data); err != nil || data != `{"n": 1}` {
 		t.Fatalf("event stored before the 202: %q, %v; want its data", data, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var code int
-		err := store.pool.QueryRow(ctx, `SELECT status_code FROM floor_attempts`).Scan(&code)
-		if err == nil {
-			if code != http.StatusNoContent {
-				t.Errorf("attempt recorded with %d, want 204", code)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no attempt recorded within 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	relayHandler.wait()
+	var code int
+	if err := store.pool.QueryRow(ctx, `SELECT status_code FROM floor_attempts`).Scan(&code); err != nil || code != http.StatusNoContent {
+		t.Errorf("attempt recorded with %d, %v; want 204", code, err)
 	}
-	pids, err := floorPostgresPIDs(ctx, dsn)
+	pids, err := db.pids(ctx)
 	if err != nil || len(pids) < 2 {
 		t.Errorf("PostgreSQL processes %v, %v; want the relay's backend and the server's own", pids, err)
 	}
@@ -133,4 +107,15 @@ func TestFloorRefusesBadFlags(t *testing.T) {
 			t.Errorf("floor %q exited %d, want 2 (%s)", args, code, stderr.String())
 		}
 	}
+}
+
+// floorPublish posts body to the relay at url and returns the status.
+func floorPublish(t *testing.T, url, body string) int {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/events", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -105,44 +104,33 @@ func fillErrs(errs []error, err error) {
 	}
 }
 
-// floorDatabase is a database of its own for a durable floor on the
-// server serverURL names, dropped by its drop function.
-func floorDatabase(ctx context.Context, serverURL string) (dsn string, drop func(), err error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", nil, fmt.Errorf("--database-url must be a postgres:// URL, got %q", redact(serverURL))
-	}
-	admin, err := pgx.Connect(ctx, withoutPoolParams(*u))
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redact(serverURL), err)
-	}
-	name := "dispatch_floor_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		_ = admin.Close(ctx)
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	u.Path = "/" + name
-	drop = func() {
-		bg := context.Background()
-		_, _ = admin.Exec(bg, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		_ = admin.Close(bg)
-	}
-	return u.String(), drop, nil
+// floorDatabase is a durable floor's database of its own, on the server
+// its admin connection is to.
+type floorDatabase struct {
+	admin *pgx.Conn
+	name  string
+	dsn   string
 }
 
-// floorPostgresPIDs are the PostgreSQL processes a durable floor's CPU
-// counts: the backends of database dsn and the server's shared processes
-// (WAL writer, checkpointer, …), as a run counts them.
-func floorPostgresPIDs(ctx context.Context, dsn string) ([]int, error) {
-	conn, err := pgx.Connect(ctx, dsn)
+// newFloorDatabase creates a floor's database on the server serverURL
+// names; drop it with drop.
+func newFloorDatabase(ctx context.Context, serverURL string) (*floorDatabase, error) {
+	name := "dispatch_floor_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	admin, dsn, err := newDatabase(ctx, serverURL, name)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE (datname = current_database() AND pid <> pg_backend_pid()) OR (datname IS NULL AND backend_type <> 'client backend')`)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[int])
+	return &floorDatabase{admin: admin, name: name, dsn: dsn}, nil
+}
+
+// pids are the PostgreSQL processes the floor's CPU counts, as a run
+// counts them (postgresPIDs).
+func (db *floorDatabase) pids(ctx context.Context) ([]int, error) {
+	return postgresPIDs(ctx, db.admin, db.name)
+}
+
+func (db *floorDatabase) drop() {
+	bg := context.Background()
+	_, _ = db.admin.Exec(bg, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
+	_ = db.admin.Close(bg)
 }
