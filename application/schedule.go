@@ -194,21 +194,28 @@ func (uc *Schedule) slowScans(ctx context.Context, now time.Time, out *Swept, er
 // a dozen commands a tick. After a pass that stopped at its batch limit
 // they run again at the next tick, as a backlog needs.
 func (uc *Schedule) slowDue(now time.Time) bool {
-	last := uc.lastSlow.Load()
-	if last != 0 && !uc.slowBacklog.Load() && now.Sub(time.Unix(0, last)) < uc.visibility()/10 {
-		return false
+	every := uc.visibility() / 10
+	if uc.slowBacklog.Load() {
+		every = 0
 	}
-	return uc.lastSlow.CompareAndSwap(last, now.UnixNano())
+	return dueEvery(&uc.lastSlow, now, every)
 }
 
 // historyDue reports whether the history is due for maintenance at now,
 // and if so marks it done at now.
 func (uc *Schedule) historyDue(now time.Time) bool {
-	last := uc.lastHistory.Load()
-	if last != 0 && now.Sub(time.Unix(0, last)) < cmp.Or(uc.HistoryInterval, DefaultHistoryInterval) {
+	return dueEvery(&uc.lastHistory, now, cmp.Or(uc.HistoryInterval, DefaultHistoryInterval))
+}
+
+// dueEvery reports whether work done at most once per every, last done at
+// *last (Unix nanoseconds, 0 for never), is due at now, and if so marks
+// it done at now; of concurrent callers, one wins.
+func dueEvery(last *atomic.Int64, now time.Time, every time.Duration) bool {
+	prev := last.Load()
+	if prev != 0 && now.Sub(time.Unix(0, prev)) < every {
 		return false
 	}
-	return uc.lastHistory.CompareAndSwap(last, now.UnixNano())
+	return last.CompareAndSwap(prev, now.UnixNano())
 }
 
 // Run ticks until ctx ends, and tells report each tick's outcome. After a
